@@ -1,0 +1,170 @@
+// The recorder interface every backend (CPU, CUDA) implements, and its RAII helpers.
+#pragma once
+
+#include <moestat/placement.hpp>
+#include <moestat/record_mode.hpp>
+#include <moestat/snapshot.hpp>
+#include <moestat/tensor_view.hpp>
+#include <moestat/topology.hpp>
+
+#include <cstdint>
+
+namespace moestat {
+
+class LayerScope;
+class DisabledRegion;
+
+/// Records which experts a model's tokens are routed to, pass by pass.
+///
+/// Two kinds of callers:
+/// - **Hooks** (`begin_pass`, `record_topk`, `record_local_counts`, `end_pass`) are called by
+///   the engine's forward thread, in order, once per MoE layer per pass. They are not
+///   thread-safe with respect to each other.
+/// - **Control** (`start`, `stop`, `reset`, `snapshot`, `set_placement`, `is_recording`) may
+///   be called from any thread at any time, also while passes run. A pass is recorded only
+///   if recording was on when it began and no start/stop/reset happened before it ended, so
+///   a snapshot holds every pass wholly or not at all.
+///
+/// Every count is attributed to the layer passed to the hook (or set by a LayerScope); a
+/// hook with no layer, a layer out of range or a dense layer is an error, never slot 0.
+///
+/// Example (an engine's forward loop):
+/// @code
+///   moestat::record::CpuRecorder recorder(topology, {.mode = moestat::RecordMode::kStat});
+///   recorder.start();
+///   recorder.begin_pass(step);
+///   for (int layer : moe_layers) {
+///     auto ids = moestat::TensorView::contiguous(topk.data(), moestat::DType::kInt32,
+///                                                {num_tokens, top_k});
+///     recorder.record_topk(layer, ids, num_valid_tokens);
+///   }
+///   recorder.end_pass();
+///   moestat::Snapshot snapshot = recorder.snapshot();
+/// @endcode
+class Recorder {
+ public:
+  /// `num_valid_tokens` value meaning "every row of topk_ids is a real token".
+  static constexpr std::int64_t kAllTokens = -1;
+
+  Recorder(ModelTopology topology, RecorderOptions options);
+  virtual ~Recorder() = default;
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // ---- Hooks (forward thread) ----
+
+  /// Opens a pass. `pass_id` is the engine's step or batch id, kept in the snapshot.
+  void begin_pass(std::int64_t pass_id);
+
+  /// Counts the router's choices of one layer.
+  /// `topk_ids`: [num_tokens, num_columns] int32 or int64 PHYSICAL expert ids, any strides;
+  ///   -1 marks padding and is ignored; other ids outside [0, P) are dropped and tallied.
+  ///   Per-token mode needs num_columns == top_k (slice off fused shared-expert columns).
+  /// `num_valid_tokens`: only the first rows are real tokens (a padded graph batch);
+  ///   kAllTokens for all. More than num_tokens is an error.
+  void record_topk(std::int64_t layer, const TensorView& topk_ids,
+                   std::int64_t num_valid_tokens = kAllTokens);
+  /// As above, with the valid-token count read from a one-element int32/int64 tensor
+  /// (in device memory for the CUDA backend, so a captured graph replays correctly).
+  void record_topk(std::int64_t layer, const TensorView& topk_ids,
+                   const TensorView& num_valid_tokens);
+  /// As above, for the layer of the innermost LayerScope; an error outside any LayerScope.
+  void record_topk(const TensorView& topk_ids, std::int64_t num_valid_tokens = kAllTokens);
+
+  /// Adds per-local-expert token counts of one rank: DeepEP low-latency `masked_m` (exact)
+  /// or DeepEP normal-dispatch host counts (stat_approx).
+  /// `counts`: [num_local_experts + num_shared_expert_slots] int32 or int64; the trailing
+  ///   shared-expert slots are dropped; any other length is an error.
+  /// `rank`: local slot j is physical expert rank * P / ep_size + j.
+  void record_local_counts(std::int64_t layer, const TensorView& counts, std::int64_t rank);
+  /// As above, for the layer of the innermost LayerScope.
+  void record_local_counts(const TensorView& counts, std::int64_t rank);
+
+  /// Closes the pass and commits it (if recorded) to the window, decayed sum or token ring.
+  void end_pass();
+
+  /// Sets the layer that scope-style hooks attribute data to, until the scope ends. Nests.
+  [[nodiscard]] LayerScope layer_scope(std::int64_t layer);
+  /// Hooks inside the region are ignored (speculative draft-model layers). Nests.
+  [[nodiscard]] DisabledRegion disabled_region();
+
+  // ---- Control (any thread) ----
+
+  /// Clears everything recorded and starts recording from the next pass.
+  virtual void start() = 0;
+  /// Stops recording; what was recorded stays until start() or reset().
+  virtual void stop() = 0;
+  /// Clears everything recorded; recording stays on or off as it was.
+  virtual void reset() = 0;
+  virtual bool is_recording() const = 0;
+  /// A copy of everything recorded so far, with logical ids resolved.
+  virtual Snapshot snapshot() const = 0;
+  /// Makes `placement` current for passes that end from now on. Its shape must match the
+  /// topology and its version must be higher than the current one's.
+  virtual void set_placement(const Placement& placement) = 0;
+
+  const ModelTopology& topology() const noexcept { return topology_; }
+  const RecorderOptions& options() const noexcept { return options_; }
+
+ protected:
+  /// Backend entry points; arguments are already validated against the topology and mode.
+  virtual void do_begin_pass(std::int64_t pass_id) = 0;
+  virtual void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                              std::int64_t num_valid_tokens) = 0;
+  virtual void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                              const TensorView& num_valid_tokens) = 0;
+  virtual void do_record_local_counts(std::int64_t layer, const TensorView& counts,
+                                      std::int64_t first_physical_expert) = 0;
+  virtual void do_end_pass() = 0;
+
+  /// Throws unless `placement` fits the topology; shared by every backend.
+  void validate_placement(const Placement& placement) const;
+
+ private:
+  friend class LayerScope;
+  friend class DisabledRegion;
+
+  static constexpr std::int64_t kNoLayer = -1;
+
+  void check_hook_layer(std::int64_t layer, const char* hook) const;
+  void check_topk_ids(const TensorView& topk_ids) const;
+
+  ModelTopology topology_;
+  RecorderOptions options_;
+  // Forward-thread state: which pass is open, which layer a scope set, disabled depth.
+  bool pass_open_ = false;
+  std::int64_t scope_layer_ = kNoLayer;
+  int disabled_depth_ = 0;
+};
+
+/// RAII: sets the recorder's current layer for scope-style hooks, restores the previous one.
+class LayerScope {
+ public:
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+  ~LayerScope() { recorder_.scope_layer_ = previous_layer_; }
+
+ private:
+  friend class Recorder;
+  LayerScope(Recorder& recorder, std::int64_t layer)
+      : recorder_(recorder), previous_layer_(recorder.scope_layer_) {
+    recorder.scope_layer_ = layer;
+  }
+  Recorder& recorder_;
+  std::int64_t previous_layer_;
+};
+
+/// RAII: hooks are ignored while at least one region is alive.
+class DisabledRegion {
+ public:
+  DisabledRegion(const DisabledRegion&) = delete;
+  DisabledRegion& operator=(const DisabledRegion&) = delete;
+  ~DisabledRegion() { --recorder_.disabled_depth_; }
+
+ private:
+  friend class Recorder;
+  explicit DisabledRegion(Recorder& recorder) : recorder_(recorder) { ++recorder.disabled_depth_; }
+  Recorder& recorder_;
+};
+
+}  // namespace moestat

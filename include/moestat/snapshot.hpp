@@ -1,0 +1,58 @@
+// What a recorder hands out: a consistent copy of everything recorded so far.
+#pragma once
+
+#include <moestat/record_mode.hpp>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace moestat {
+
+/// A self-contained copy of a recorder's state, taken between passes (never half a pass).
+/// Arrays are row-major `std::vector`s; the comment on each field gives its shape.
+/// Logical ids are derived from physical ones with the placement in force when each pass
+/// was recorded (`placement_versions`), never with whatever placement is current.
+struct Snapshot {
+  RecordMode mode = RecordMode::kStat;
+  bool approximate = false;  ///< true for stat_approx (DeepEP normal counts may be padded).
+  std::int64_t num_layers = 0;
+  std::int64_t num_logical_experts = 0;
+  std::int64_t num_physical_experts = 0;
+  std::int64_t top_k = 0;
+
+  // Pass-based modes (stat, stat_approx, per_pass): one row per pass, oldest first.
+  std::vector<std::int64_t> pass_ids;             ///< [W] the id given to begin_pass.
+  std::vector<std::uint64_t> placement_versions;  ///< [W] placement in force for the pass.
+  std::vector<std::int64_t> pass_num_tokens;      ///< [W] most valid tokens of any topk hook.
+  std::vector<std::int64_t> logical_counts;       ///< [W, L, E] token assignments.
+  std::vector<std::int64_t> physical_counts;      ///< [W, L, P] token assignments.
+
+  // Decayed mode: load = decay * load + pass_count after every recorded pass.
+  std::vector<double> decayed_logical_load;   ///< [L, E]
+  std::vector<double> decayed_physical_load;  ///< [L, P]
+
+  // Per-token mode: one row per kept token, in recording order.
+  std::vector<std::int64_t> token_pass_ids;  ///< [N] pass the token belongs to.
+  std::vector<std::uint64_t> token_placement_versions;  ///< [N]
+  /// [N, L, top_k] physical ids; -1 where the layer is dense, the layer was not recorded,
+  /// the entry was padding, or the id was out of range (and tallied in dropped_ids).
+  std::vector<std::int32_t> token_physical_ids;
+  std::vector<std::int32_t> token_logical_ids;  ///< [N, L, top_k], -1 as above.
+
+  std::int64_t num_passes = 0;      ///< Passes recorded since start(), window or not.
+  std::int64_t dropped_ids = 0;     ///< Ids outside [0, P) (other than -1) seen and ignored.
+  std::int64_t dropped_tokens = 0;  ///< Per-token mode: tokens that did not fit the ring.
+
+  /// Rows of the pass window (W).
+  std::int64_t window_size() const noexcept { return std::int64_t(pass_ids.size()); }
+  /// Kept tokens (N).
+  std::int64_t num_tokens() const noexcept { return std::int64_t(token_pass_ids.size()); }
+
+  /// [L, E] logical counts summed over the window (or over kept tokens in per-token mode).
+  std::vector<std::int64_t> logical_totals() const;
+  /// [L, P] physical counts summed likewise.
+  std::vector<std::int64_t> physical_totals() const;
+};
+
+}  // namespace moestat

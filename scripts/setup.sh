@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what moestat needs to build and test, idempotently: Debian packages only where
+# one is missing, so a second run is fast and changes nothing.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libfmt-dev nlohmann-json3-dev libcli11-dev libzip-dev
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+  clang-format
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all build dependencies present"
+fi

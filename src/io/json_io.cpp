@@ -1,0 +1,1 @@
+// Placeholder removed below once implemented.
