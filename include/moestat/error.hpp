@@ -31,12 +31,13 @@ namespace detail {
 }  // namespace moestat
 
 /// Throws moestat::Error with a fmt-formatted message when `cond` is false.
-#define MOESTAT_CHECK(cond, ...)                                                  \
-  do {                                                                            \
-    if (!(cond)) [[unlikely]] {                                                   \
+#define MOESTAT_CHECK(cond, ...)                                                      \
+  do {                                                                                \
+    if (!(cond)) [[unlikely]] {                                                       \
       ::moestat::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
-    }                                                                             \
+    }                                                                                 \
   } while (false)
 
 /// Throws moestat::Error unconditionally.
-#define MOESTAT_FAIL(...) ::moestat::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))
+#define MOESTAT_FAIL(...) \
+  ::moestat::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))

@@ -33,9 +33,13 @@ class Placement {
   std::int64_t max_replicas() const noexcept { return max_replicas_; }
 
   /// [L, P] row-major.
-  std::span<const std::int32_t> physical_to_logical() const noexcept { return physical_to_logical_; }
+  std::span<const std::int32_t> physical_to_logical() const noexcept {
+    return physical_to_logical_;
+  }
   /// [L, E, max_replicas] row-major; a logical expert's slots in ascending order, -1 padded.
-  std::span<const std::int32_t> logical_to_physical() const noexcept { return logical_to_physical_; }
+  std::span<const std::int32_t> logical_to_physical() const noexcept {
+    return logical_to_physical_;
+  }
   /// [L, E] row-major: replicas of each logical expert.
   std::span<const std::int32_t> replica_counts() const noexcept { return replica_counts_; }
 

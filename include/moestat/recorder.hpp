@@ -1,13 +1,12 @@
 // The recorder interface every backend (CPU, CUDA) implements, and its RAII helpers.
 #pragma once
 
+#include <cstdint>
 #include <moestat/placement.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
 #include <moestat/tensor_view.hpp>
 #include <moestat/topology.hpp>
-
-#include <cstdint>
 
 namespace moestat {
 

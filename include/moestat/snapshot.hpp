@@ -1,9 +1,8 @@
 // What a recorder hands out: a consistent copy of everything recorded so far.
 #pragma once
 
-#include <moestat/record_mode.hpp>
-
 #include <cstdint>
+#include <moestat/record_mode.hpp>
 #include <span>
 #include <vector>
 
@@ -33,7 +32,7 @@ struct Snapshot {
   std::vector<double> decayed_physical_load;  ///< [L, P]
 
   // Per-token mode: one row per kept token, in recording order.
-  std::vector<std::int64_t> token_pass_ids;  ///< [N] pass the token belongs to.
+  std::vector<std::int64_t> token_pass_ids;             ///< [N] pass the token belongs to.
   std::vector<std::uint64_t> token_placement_versions;  ///< [N]
   /// [N, L, top_k] physical ids; -1 where the layer is dense, the layer was not recorded,
   /// the entry was padding, or the id was out of range (and tallied in dropped_ids).

@@ -1,12 +1,11 @@
 // A non-owning view of an n-dimensional array: the one currency at every moestat boundary.
 #pragma once
 
-#include <moestat/error.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <moestat/error.hpp>
 #include <span>
 #include <string_view>
 
@@ -60,7 +59,9 @@ class TensorView {
   int dim() const noexcept { return num_dims_; }
   std::int64_t size(int axis) const;
   std::int64_t stride(int axis) const;
-  std::span<const std::int64_t> shape() const noexcept { return {shape_.data(), std::size_t(num_dims_)}; }
+  std::span<const std::int64_t> shape() const noexcept {
+    return {shape_.data(), std::size_t(num_dims_)};
+  }
   std::span<const std::int64_t> strides() const noexcept {
     return {strides_.data(), std::size_t(num_dims_)};
   }

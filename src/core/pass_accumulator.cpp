@@ -1,8 +1,7 @@
 #include "pass_accumulator.hpp"
 
-#include <moestat/error.hpp>
-
 #include <algorithm>
+#include <moestat/error.hpp>
 #include <set>
 
 namespace moestat::detail {
@@ -35,9 +34,15 @@ void PassAccumulator::commit(const PassRecord& pass) {
   switch (mode_) {
     case RecordMode::kStat:
     case RecordMode::kStatApprox:
-    case RecordMode::kPerPass: commit_window(pass); break;
-    case RecordMode::kDecayed: commit_decayed(pass); break;
-    case RecordMode::kPerToken: commit_tokens(pass); break;
+    case RecordMode::kPerPass:
+      commit_window(pass);
+      break;
+    case RecordMode::kDecayed:
+      commit_decayed(pass);
+      break;
+    case RecordMode::kPerToken:
+      commit_tokens(pass);
+      break;
   }
 }
 

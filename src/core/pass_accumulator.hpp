@@ -2,13 +2,12 @@
 // the owning recorder serialises access with its control mutex.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <moestat/placement.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
 #include <moestat/topology.hpp>
-
-#include <cstdint>
-#include <map>
 #include <span>
 #include <vector>
 

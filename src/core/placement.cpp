@@ -1,14 +1,13 @@
-#include <moestat/error.hpp>
-#include <moestat/placement.hpp>
-
 #include <algorithm>
 #include <limits>
+#include <moestat/error.hpp>
+#include <moestat/placement.hpp>
 
 namespace moestat {
 
 Placement::Placement(std::int64_t num_layers, std::int64_t num_physical_experts,
-                     std::int64_t num_logical_experts, std::vector<std::int32_t> physical_to_logical,
-                     std::uint64_t version)
+                     std::int64_t num_logical_experts,
+                     std::vector<std::int32_t> physical_to_logical, std::uint64_t version)
     : num_layers_(num_layers),
       num_physical_(num_physical_experts),
       num_logical_(num_logical_experts),
@@ -17,10 +16,10 @@ Placement::Placement(std::int64_t num_layers, std::int64_t num_physical_experts,
   MOESTAT_CHECK(num_layers_ > 0, "placement: num_layers must be positive, got {}", num_layers_);
   MOESTAT_CHECK(num_logical_ > 0 && num_logical_ <= std::numeric_limits<std::int32_t>::max(),
                 "placement: num_logical_experts must be in [1, 2^31), got {}", num_logical_);
-  MOESTAT_CHECK(num_physical_ >= num_logical_ &&
-                    num_physical_ <= std::numeric_limits<std::int32_t>::max(),
-                "placement: num_physical_experts ({}) must be at least num_logical_experts ({})",
-                num_physical_, num_logical_);
+  MOESTAT_CHECK(
+      num_physical_ >= num_logical_ && num_physical_ <= std::numeric_limits<std::int32_t>::max(),
+      "placement: num_physical_experts ({}) must be at least num_logical_experts ({})",
+      num_physical_, num_logical_);
   MOESTAT_CHECK(std::int64_t(physical_to_logical_.size()) == num_layers_ * num_physical_,
                 "placement: physical_to_logical has {} entries, expected {} layers x {} slots",
                 physical_to_logical_.size(), num_layers_, num_physical_);

@@ -5,11 +5,16 @@ namespace moestat {
 
 std::string_view record_mode_name(RecordMode mode) noexcept {
   switch (mode) {
-    case RecordMode::kStat: return "stat";
-    case RecordMode::kStatApprox: return "stat_approx";
-    case RecordMode::kPerPass: return "per_pass";
-    case RecordMode::kPerToken: return "per_token";
-    case RecordMode::kDecayed: return "decayed";
+    case RecordMode::kStat:
+      return "stat";
+    case RecordMode::kStatApprox:
+      return "stat_approx";
+    case RecordMode::kPerPass:
+      return "per_pass";
+    case RecordMode::kPerToken:
+      return "per_token";
+    case RecordMode::kDecayed:
+      return "decayed";
   }
   return "unknown";
 }
@@ -19,8 +24,9 @@ RecordMode parse_record_mode(std::string_view name) {
                           RecordMode::kPerToken, RecordMode::kDecayed}) {
     if (record_mode_name(mode) == name) return mode;
   }
-  MOESTAT_FAIL("unknown recording mode '{}'; expected stat, stat_approx, per_pass, per_token or decayed",
-               name);
+  MOESTAT_FAIL(
+      "unknown recording mode '{}'; expected stat, stat_approx, per_pass, per_token or decayed",
+      name);
 }
 
 void RecorderOptions::validate() const {
@@ -30,7 +36,8 @@ void RecorderOptions::validate() const {
   MOESTAT_CHECK(decay >= 0.0 && decay <= 1.0, "recorder options: decay must be in [0, 1], got {}",
                 decay);
   MOESTAT_CHECK(per_token_capacity > 0,
-                "recorder options: per_token_capacity must be positive, got {}", per_token_capacity);
+                "recorder options: per_token_capacity must be positive, got {}",
+                per_token_capacity);
 }
 
 Recorder::Recorder(ModelTopology topology, RecorderOptions options)
@@ -83,7 +90,8 @@ void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
   MOESTAT_CHECK(num_valid_tokens >= kAllTokens && num_valid_tokens <= topk_ids.size(0),
                 "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids; -1 = all)",
                 num_valid_tokens, topk_ids.size(0));
-  do_record_topk(layer, topk_ids, num_valid_tokens == kAllTokens ? topk_ids.size(0) : num_valid_tokens);
+  do_record_topk(layer, topk_ids,
+                 num_valid_tokens == kAllTokens ? topk_ids.size(0) : num_valid_tokens);
 }
 
 void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,

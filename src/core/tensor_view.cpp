@@ -1,27 +1,36 @@
-#include <moestat/tensor_view.hpp>
-
 #include <cstring>
+#include <moestat/tensor_view.hpp>
 
 namespace moestat {
 
 std::string_view dtype_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kBool: return "bool";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kBool:
+      return "bool";
   }
   return "unknown";
 }
 
 std::size_t dtype_size(DType dtype) noexcept {
   switch (dtype) {
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kFloat32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kBool: return 1;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
@@ -29,28 +38,30 @@ std::size_t dtype_size(DType dtype) noexcept {
 TensorView::TensorView(const void* data, DType dtype, std::span<const std::int64_t> shape,
                        std::span<const std::int64_t> strides, Device device)
     : data_(data), dtype_(dtype), device_(device) {
-  MOESTAT_CHECK(shape.size() <= std::size_t(kMaxDims), "tensor has {} dimensions, at most {} supported",
-                shape.size(), kMaxDims);
-  MOESTAT_CHECK(shape.size() == strides.size(), "tensor shape has {} dimensions but strides have {}",
-                shape.size(), strides.size());
+  MOESTAT_CHECK(shape.size() <= std::size_t(kMaxDims),
+                "tensor has {} dimensions, at most {} supported", shape.size(), kMaxDims);
+  MOESTAT_CHECK(shape.size() == strides.size(),
+                "tensor shape has {} dimensions but strides have {}", shape.size(), strides.size());
   num_dims_ = int(shape.size());
   bool empty = false;
   for (int axis = 0; axis < num_dims_; ++axis) {
-    MOESTAT_CHECK(shape[axis] >= 0, "tensor size {} of dimension {} is negative", shape[axis], axis);
+    MOESTAT_CHECK(shape[axis] >= 0, "tensor size {} of dimension {} is negative", shape[axis],
+                  axis);
     MOESTAT_CHECK(strides[axis] >= 0, "tensor stride {} of dimension {} is negative", strides[axis],
                   axis);
     shape_[axis] = shape[axis];
     strides_[axis] = strides[axis];
     empty = empty || shape[axis] == 0;
   }
-  MOESTAT_CHECK(data != nullptr || empty, "tensor data pointer is null but the tensor is not empty");
+  MOESTAT_CHECK(data != nullptr || empty,
+                "tensor data pointer is null but the tensor is not empty");
 }
 
-TensorView TensorView::contiguous(const void* data, DType dtype, std::span<const std::int64_t> shape,
-                                  Device device) {
+TensorView TensorView::contiguous(const void* data, DType dtype,
+                                  std::span<const std::int64_t> shape, Device device) {
   std::array<std::int64_t, kMaxDims> strides{};
-  MOESTAT_CHECK(shape.size() <= std::size_t(kMaxDims), "tensor has {} dimensions, at most {} supported",
-                shape.size(), kMaxDims);
+  MOESTAT_CHECK(shape.size() <= std::size_t(kMaxDims),
+                "tensor has {} dimensions, at most {} supported", shape.size(), kMaxDims);
   std::int64_t running = 1;
   for (std::size_t axis = shape.size(); axis-- > 0;) {
     strides[axis] = running;
@@ -99,7 +110,8 @@ std::int64_t TensorView::int_at(std::initializer_list<std::int64_t> index) const
     offset += i * strides_[axis];
     ++axis;
   }
-  const auto* bytes = static_cast<const unsigned char*>(data_) + offset * std::int64_t(dtype_size(dtype_));
+  const auto* bytes =
+      static_cast<const unsigned char*>(data_) + offset * std::int64_t(dtype_size(dtype_));
   switch (dtype_) {
     case DType::kInt32: {
       std::int32_t value;
@@ -111,9 +123,11 @@ std::int64_t TensorView::int_at(std::initializer_list<std::int64_t> index) const
       std::memcpy(&value, bytes, sizeof value);
       return value;
     }
-    case DType::kBool: return *bytes != 0 ? 1 : 0;
+    case DType::kBool:
+      return *bytes != 0 ? 1 : 0;
     case DType::kFloat32:
-    case DType::kFloat64: break;
+    case DType::kFloat64:
+      break;
   }
   MOESTAT_FAIL("int_at on a {} tensor; expected an integer or bool dtype", dtype_name(dtype_));
 }

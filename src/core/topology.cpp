@@ -1,7 +1,6 @@
+#include <algorithm>
 #include <moestat/error.hpp>
 #include <moestat/topology.hpp>
-
-#include <algorithm>
 
 namespace moestat {
 

@@ -1,11 +1,10 @@
 // JSON read/write of snapshots, placements and SGLang-style count files.
 #pragma once
 
-#include <moestat/placement.hpp>
-#include <moestat/snapshot.hpp>
-
 #include <cstdint>
 #include <filesystem>
+#include <moestat/placement.hpp>
+#include <moestat/snapshot.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

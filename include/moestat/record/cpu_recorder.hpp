@@ -2,10 +2,9 @@
 // the reference the CUDA backend is checked against.
 #pragma once
 
-#include <moestat/recorder.hpp>
-
 #include <atomic>
 #include <memory>
+#include <moestat/recorder.hpp>
 #include <mutex>
 #include <vector>
 
@@ -52,11 +51,11 @@ class CpuRecorder final : public Recorder {
   /// [L, P + 2]: columns [0, P) count ids, column P out-of-range ids, column P + 1 padding
   /// (-1). The two extra bins let the counting loop run without a data-dependent branch.
   std::vector<std::int64_t> pass_counts_;
-  std::vector<std::int64_t> layer_tokens_;  ///< [L] tokens recorded per layer this pass.
-  std::vector<std::uint8_t> layer_touched_;  ///< [L] 1 once a hook wrote the layer this pass.
+  std::vector<std::int64_t> layer_tokens_;    ///< [L] tokens recorded per layer this pass.
+  std::vector<std::uint8_t> layer_touched_;   ///< [L] 1 once a hook wrote the layer this pass.
   std::vector<std::int64_t> touched_layers_;  ///< Layers written this pass, to clear next pass.
-  std::vector<std::int32_t> pass_trace_;  ///< Per-token mode: [tokens, L, top_k], -1 = none.
-  std::int64_t pass_trace_capacity_ = 0;  ///< Tokens pass_trace_ can hold.
+  std::vector<std::int32_t> pass_trace_;      ///< Per-token mode: [tokens, L, top_k], -1 = none.
+  std::int64_t pass_trace_capacity_ = 0;      ///< Tokens pass_trace_ can hold.
 
   // Shared with control calls.
   mutable std::mutex mutex_;

@@ -1,7 +1,6 @@
+#include <algorithm>
 #include <moestat/error.hpp>
 #include <moestat/record/cpu_recorder.hpp>
-
-#include <algorithm>
 
 #include "../../core/pass_accumulator.hpp"
 #include "topk_histogram.hpp"
@@ -64,8 +63,8 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
   if (options().mode == RecordMode::kPerToken) {
     grow_trace(first_token + num_valid_tokens);
     const std::int64_t token_size = topology().num_layers * topology().top_k;
-    detail::TraceSink trace{pass_trace_.data() + first_token * token_size + layer * topology().top_k,
-                            token_size};
+    detail::TraceSink trace{
+        pass_trace_.data() + first_token * token_size + layer * topology().top_k, token_size};
     detail::count_topk(topk_ids, num_valid_tokens, topology().num_physical_experts, row, &trace);
   } else {
     detail::count_topk(topk_ids, num_valid_tokens, topology().num_physical_experts, row, nullptr);
@@ -77,8 +76,8 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                                  const TensorView& num_valid_tokens) {
   if (!pass_recorded_) return;
   num_valid_tokens.require_cpu("num_valid_tokens");
-  const std::int64_t count = num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({})
-                                                         : num_valid_tokens.int_at({0});
+  const std::int64_t count =
+      num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({}) : num_valid_tokens.int_at({0});
   MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
                 "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
                 topk_ids.size(0));

@@ -2,9 +2,8 @@
 // out-of-range ids, optionally copying each token's ids into a per-token trace.
 #pragma once
 
-#include <moestat/tensor_view.hpp>
-
 #include <cstdint>
+#include <moestat/tensor_view.hpp>
 
 namespace moestat::detail {
 
