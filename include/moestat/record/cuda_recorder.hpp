@@ -1,0 +1,94 @@
+// The CUDA backend of the recorder: exact, safe inside captured CUDA graphs, and cheap
+// enough to run in every MoE layer of every forward pass.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <moestat/recorder.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace moestat::record {
+
+/// Records on the GPU. All memory is allocated at construction; hooks only enqueue kernels
+/// on the engine's stream (no host synchronisation, allocation or host branching on device
+/// data), so every hook can be captured in a CUDA graph and replayed.
+///
+/// - The recording flag, window cursor and valid-token count live in device memory: one
+///   captured graph serves recording on and off, and successive replays fill successive
+///   window slots.
+/// - Control calls (start, stop, reset, set_placement) write a small control block in
+///   pinned host memory; the device latches it when a pass begins, so a pass is recorded
+///   wholly or not at all and control never touches the engine's stream. They take effect
+///   at the next pass that begins on the device.
+/// - snapshot() copies on a private stream under a sequence lock and returns only whole,
+///   ended passes.
+///
+/// Supported modes: stat (bounded window), decayed. per_pass, per_token, stat_approx and an
+/// unbounded window are rejected at construction with a moestat::Error (not built yet).
+/// Hooks must come from one stream at a time (set_stream); tensors must live on the
+/// recorder's device.
+///
+/// Example, recording inside a captured graph:
+/// @code
+///   moestat::record::CudaRecorder recorder(topology, {.mode = moestat::RecordMode::kStat});
+///   recorder.set_stream(stream);
+///   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+///   recorder.begin_pass(0);
+///   for (int layer : moe_layers) recorder.record_topk(layer, topk_ids[layer], num_valid_device);
+///   recorder.end_pass();
+///   cudaStreamEndCapture(stream, &graph);
+///   recorder.start();  // from any thread, any time; replays record from the next pass
+/// @endcode
+class CudaRecorder final : public Recorder {
+ public:
+  /// Allocates every buffer on `device` (the current device when -1).
+  CudaRecorder(ModelTopology topology, RecorderOptions options = {}, int device = -1);
+  ~CudaRecorder() override;
+
+  /// The stream hooks enqueue their kernels on (the legacy default stream until set).
+  /// Forward-thread state, like the hooks.
+  void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
+
+  void start() override;
+  void stop() override;
+  void reset() override;
+  bool is_recording() const override;
+  Snapshot snapshot() const override;
+  /// In decayed mode the device needs the map itself: a second change before any pass has
+  /// begun since the first is refused with a moestat::Error.
+  void set_placement(const Placement& placement) override;
+
+ protected:
+  void do_begin_pass(std::int64_t pass_id) override;
+  void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                      std::int64_t num_valid_tokens) override;
+  void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                      const TensorView& num_valid_tokens) override;
+  void do_record_local_counts(std::int64_t layer, const TensorView& counts,
+                              std::int64_t first_physical_expert) override;
+  void do_end_pass() override;
+
+ private:
+  struct Resources;
+
+  void require_on_device(const TensorView& view, const char* what) const;
+  void launch_topk(std::int64_t layer, const TensorView& topk_ids, const void* device_count,
+                   bool count_int64, std::int64_t host_count);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Resources> resources_;
+
+  mutable std::mutex mutex_;  // serialises control calls
+  std::uint64_t requested_epoch_ = 0;
+  std::atomic<bool> recording_requested_{false};
+  std::map<std::uint64_t, Placement> placements_;  // every version a pass may refer to
+};
+
+}  // namespace moestat::record

@@ -1,0 +1,344 @@
+#include <moestat/record/cuda_recorder.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "../../core/logical_counts.hpp"
+#include "cuda_check.hpp"
+#include "device_state.cuh"
+#include "record_kernels.cuh"
+
+namespace moestat::record {
+
+namespace {
+
+/// Makes `device` current for the lifetime of the guard, restoring the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    MOESTAT_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) MOESTAT_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+template <typename T>
+T* device_alloc(std::int64_t count) {
+  void* pointer = nullptr;
+  MOESTAT_CUDA_CHECK(cudaMalloc(&pointer, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
+  MOESTAT_CUDA_CHECK(cudaMemset(pointer, 0, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
+  return static_cast<T*>(pointer);
+}
+
+template <typename T>
+void copy_to_host(std::vector<T>& out, const T* device, std::int64_t count, cudaStream_t stream) {
+  out.resize(std::size_t(count));
+  if (count == 0) return;
+  MOESTAT_CUDA_CHECK(cudaMemcpyAsync(out.data(), device, std::size_t(count) * sizeof(T),
+                                     cudaMemcpyDeviceToHost, stream));
+}
+
+}  // namespace
+
+/// Everything allocated at construction and freed at destruction.
+struct CudaRecorder::Resources {
+  cuda::DeviceBuffers buffers{};
+  cuda::ControlBlock* control_host = nullptr;  // pinned, mapped
+  std::vector<void*> allocations;
+  cudaStream_t control_stream = nullptr;  // snapshots and placement uploads
+  int32_t* placement_maps = nullptr;
+
+  template <typename T>
+  T* allocate(std::int64_t count) {
+    T* pointer = device_alloc<T>(count);
+    allocations.push_back(pointer);
+    return pointer;
+  }
+
+  ~Resources() {
+    for (void* pointer : allocations) cudaFree(pointer);
+    if (control_host != nullptr) cudaFreeHost(control_host);
+    if (control_stream != nullptr) cudaStreamDestroy(control_stream);
+  }
+};
+
+CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int device)
+    : Recorder(std::move(topology), options), resources_(std::make_unique<Resources>()) {
+  const RecordMode mode = this->options().mode;
+  MOESTAT_CHECK(mode == RecordMode::kStat || mode == RecordMode::kDecayed,
+                "the CUDA recorder does not support {} mode yet; use stat or decayed",
+                record_mode_name(mode));
+  MOESTAT_CHECK(mode != RecordMode::kStat || this->options().window_size > 0,
+                "the CUDA recorder needs a bounded window (window_size > 0), got {}",
+                this->options().window_size);
+  if (device < 0) MOESTAT_CUDA_CHECK(cudaGetDevice(&device));
+  device_ = device;
+  DeviceGuard guard(device_);
+
+  const ModelTopology& model = this->topology();
+  const std::int64_t num_layers = model.num_layers;
+  const std::int64_t num_physical = model.num_physical_experts;
+  const std::int64_t num_logical = model.num_logical_experts;
+  // One more slot than the window: the open pass writes a slot of its own, so the window
+  // always holds window_size whole passes.
+  const std::int64_t num_slots = mode == RecordMode::kStat ? this->options().window_size + 1 : 1;
+
+  Resources& r = *resources_;
+  MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.control_stream, cudaStreamNonBlocking));
+  MOESTAT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&r.control_host),
+                                   sizeof(cuda::ControlBlock), cudaHostAllocMapped));
+  *r.control_host = cuda::ControlBlock{};
+  void* control_device = nullptr;
+  MOESTAT_CUDA_CHECK(cudaHostGetDevicePointer(&control_device, r.control_host, 0));
+
+  cuda::DeviceBuffers& b = r.buffers;
+  b.state = r.allocate<cuda::DeviceState>(1);
+  b.control = static_cast<const cuda::ControlBlock*>(control_device);
+  b.window = r.allocate<std::int32_t>(num_slots * num_layers * num_physical);
+  b.slot_pass_ids = r.allocate<long long>(num_slots);
+  b.slot_versions = r.allocate<unsigned long long>(num_slots);
+  b.slot_num_tokens = r.allocate<long long>(num_slots);
+  b.slot_dropped = r.allocate<unsigned long long>(num_slots);
+  if (mode == RecordMode::kDecayed) {
+    b.decayed_physical = r.allocate<double>(num_layers * num_physical);
+    b.decayed_logical = r.allocate<double>(num_layers * num_logical);
+  }
+  r.placement_maps = r.allocate<std::int32_t>(2 * num_layers * num_physical);
+  b.placement_maps = r.placement_maps;
+  b.num_slots = num_slots;
+  b.num_layers = num_layers;
+  b.num_physical_experts = num_physical;
+  b.num_logical_experts = num_logical;
+
+  const Placement trivial = Placement::trivial(num_layers, num_physical, num_logical, 0);
+  MOESTAT_CUDA_CHECK(cudaMemcpy(r.placement_maps, trivial.physical_to_logical().data(),
+                                trivial.physical_to_logical().size_bytes(),
+                                cudaMemcpyHostToDevice));
+  placements_.emplace(0, trivial);
+  MOESTAT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaRecorder::~CudaRecorder() = default;
+
+void CudaRecorder::require_on_device(const TensorView& view, const char* what) const {
+  MOESTAT_CHECK(view.device().kind == DeviceKind::kCuda && view.device().index == device_,
+                "{} must be in CUDA memory of device {} (the recorder's device)", what, device_);
+}
+
+void CudaRecorder::do_begin_pass(std::int64_t pass_id) {
+  cuda::launch_begin_pass(resources_->buffers, pass_id, stream_);
+}
+
+void CudaRecorder::launch_topk(std::int64_t layer, const TensorView& topk_ids,
+                               const void* device_count, bool count_int64,
+                               std::int64_t host_count) {
+  require_on_device(topk_ids, "topk_ids");
+  const cuda::IdMatrix ids{topk_ids.data(),        topk_ids.dtype() == DType::kInt64,
+                           topk_ids.size(0),       topk_ids.size(1),
+                           topk_ids.stride(0),     topk_ids.stride(1)};
+  const cuda::ValidCount valid{device_count, count_int64, host_count};
+  cuda::launch_record_topk(resources_->buffers, layer, ids, valid, stream_);
+}
+
+void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                                  std::int64_t num_valid_tokens) {
+  launch_topk(layer, topk_ids, nullptr, false, num_valid_tokens);
+}
+
+void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
+                                  const TensorView& num_valid_tokens) {
+  if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
+    // A host count is read now; only a device count follows the data of a replayed graph.
+    const std::int64_t count = num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({})
+                                                           : num_valid_tokens.int_at({0});
+    MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
+                  "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
+                  topk_ids.size(0));
+    launch_topk(layer, topk_ids, nullptr, false, count);
+    return;
+  }
+  require_on_device(num_valid_tokens, "num_valid_tokens");
+  launch_topk(layer, topk_ids, num_valid_tokens.data(), num_valid_tokens.dtype() == DType::kInt64,
+              topk_ids.size(0));
+}
+
+void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& counts,
+                                          std::int64_t first_physical_expert) {
+  require_on_device(counts, "local counts (masked_m)");
+  MOESTAT_CHECK(counts.stride(0) == 1 || counts.size(0) <= 1,
+                "local counts must be contiguous, got stride {}", counts.stride(0));
+  cuda::launch_record_local_counts(resources_->buffers, layer, counts.data(),
+                                   counts.dtype() == DType::kInt64,
+                                   topology().num_local_experts(), first_physical_expert, stream_);
+}
+
+void CudaRecorder::do_end_pass() {
+  const double decay = options().mode == RecordMode::kDecayed ? options().decay : -1.0;
+  cuda::launch_end_pass(resources_->buffers, decay, stream_);
+}
+
+void CudaRecorder::start() {
+  std::lock_guard lock(mutex_);
+  cuda::ControlBlock* control = resources_->control_host;
+  std::atomic_ref<std::int32_t>(control->recording).store(1, std::memory_order_release);
+  std::atomic_ref<std::uint64_t>(control->epoch).store(++requested_epoch_,
+                                                       std::memory_order_release);
+  recording_requested_.store(true, std::memory_order_release);
+}
+
+void CudaRecorder::stop() {
+  std::lock_guard lock(mutex_);
+  std::atomic_ref<std::int32_t>(resources_->control_host->recording)
+      .store(0, std::memory_order_release);
+  recording_requested_.store(false, std::memory_order_release);
+}
+
+void CudaRecorder::reset() {
+  std::lock_guard lock(mutex_);
+  std::atomic_ref<std::uint64_t>(resources_->control_host->epoch)
+      .store(++requested_epoch_, std::memory_order_release);
+}
+
+bool CudaRecorder::is_recording() const {
+  return recording_requested_.load(std::memory_order_acquire);
+}
+
+void CudaRecorder::set_placement(const Placement& placement) {
+  validate_placement(placement);
+  std::lock_guard lock(mutex_);
+  Resources& r = *resources_;
+  cuda::ControlBlock* control = r.control_host;
+  const std::uint64_t current = std::atomic_ref<std::uint64_t>(control->placement_version).load();
+  MOESTAT_CHECK(placement.version() > current,
+                "placement version {} must be higher than the current version {}",
+                placement.version(), current);
+  DeviceGuard guard(device_);
+  if (options().mode == RecordMode::kDecayed) {
+    // The end-pass kernel converts with the map latched by its pass: write the buffer no
+    // pass uses, and only once the device has latched the last change.
+    cuda::DeviceState state{};
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&state, r.buffers.state, sizeof state,
+                                       cudaMemcpyDeviceToHost, r.control_stream));
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
+    MOESTAT_CHECK(state.placement_version == current,
+                  "placement version {} is not yet in use on the device (no pass began since it "
+                  "was set); set the next placement after a pass",
+                  current);
+    const std::int32_t buffer = 1 - control->placement_buffer;
+    const std::int64_t map_size = topology().num_layers * topology().num_physical_experts;
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(r.placement_maps + buffer * map_size,
+                                       placement.physical_to_logical().data(),
+                                       placement.physical_to_logical().size_bytes(),
+                                       cudaMemcpyHostToDevice, r.control_stream));
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
+    std::atomic_ref<std::int32_t>(control->placement_buffer)
+        .store(buffer, std::memory_order_release);
+  }
+  placements_.emplace(placement.version(), placement);
+  std::atomic_ref<std::uint64_t>(control->placement_version)
+      .store(placement.version(), std::memory_order_release);
+}
+
+Snapshot CudaRecorder::snapshot() const {
+  std::lock_guard lock(mutex_);
+  DeviceGuard guard(device_);
+  const Resources& r = *resources_;
+  const cuda::DeviceBuffers& b = r.buffers;
+  const ModelTopology& model = topology();
+  const std::int64_t pass_size = model.num_layers * model.num_physical_experts;
+  const std::int64_t window = b.num_slots - 1;
+
+  Snapshot out;
+  out.mode = options().mode;
+  out.num_layers = model.num_layers;
+  out.num_logical_experts = model.num_logical_experts;
+  out.num_physical_experts = model.num_physical_experts;
+  out.top_k = model.top_k;
+
+  // Sequence lock: read the state, copy, read it again. A window pass is whole if its slot
+  // was not reused before the second read; decayed loads need no end-pass in between.
+  constexpr int kMaxAttempts = 1000;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    cuda::DeviceState before{}, after{};
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&before, b.state, sizeof before, cudaMemcpyDeviceToHost,
+                                       r.control_stream));
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
+    if (before.seq % 2 != 0) continue;
+    if (before.applied_epoch != requested_epoch_) {
+      // A start or reset has not reached the device yet: nothing recorded belongs to it.
+      if (out.mode == RecordMode::kDecayed) {
+        out.decayed_physical_load.assign(std::size_t(pass_size), 0.0);
+        out.decayed_logical_load.assign(std::size_t(model.num_layers * model.num_logical_experts),
+                                        0.0);
+      }
+      return out;
+    }
+    const long long first = std::max<long long>(before.base, before.cursor - window);
+    std::vector<std::int32_t> counts;
+    std::vector<long long> pass_ids, num_tokens;
+    std::vector<unsigned long long> versions;
+    std::vector<double> decayed_physical, decayed_logical;
+    if (out.mode == RecordMode::kDecayed) {
+      copy_to_host(decayed_physical, b.decayed_physical, pass_size, r.control_stream);
+      copy_to_host(decayed_logical, b.decayed_logical,
+                   model.num_layers * model.num_logical_experts, r.control_stream);
+    } else {
+      // Only the slots of kept passes: [first, cursor) in at most two contiguous runs.
+      counts.resize(std::size_t((before.cursor - first) * pass_size));
+      std::int64_t copied = 0;
+      for (long long pass = first; pass < before.cursor;) {
+        const long long slot = pass % b.num_slots;
+        const long long run = std::min<long long>(before.cursor - pass, b.num_slots - slot);
+        MOESTAT_CUDA_CHECK(cudaMemcpyAsync(
+            counts.data() + copied * pass_size, b.window + slot * pass_size,
+            std::size_t(run * pass_size) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+            r.control_stream));
+        copied += run;
+        pass += run;
+      }
+      copy_to_host(pass_ids, b.slot_pass_ids, b.num_slots, r.control_stream);
+      copy_to_host(num_tokens, b.slot_num_tokens, b.num_slots, r.control_stream);
+      copy_to_host(versions, b.slot_versions, b.num_slots, r.control_stream);
+    }
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&after, b.state, sizeof after, cudaMemcpyDeviceToHost,
+                                       r.control_stream));
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
+
+    out.num_passes = before.cursor - before.base;
+    out.dropped_ids = std::int64_t(before.dropped_ids);
+    if (out.mode == RecordMode::kDecayed) {
+      if (after.seq != before.seq) continue;
+      out.decayed_physical_load = std::move(decayed_physical);
+      out.decayed_logical_load = std::move(decayed_logical);
+      return out;
+    }
+    // Pass n's slot is cleared when the cursor reaches n + window + 1 (an end-pass kernel
+    // in progress, seq odd, may be clearing it already).
+    const long long reached = after.cursor + (after.seq % 2 != 0 ? 1 : 0);
+    const long long intact_from = std::max<long long>(first, reached - window);
+    for (long long pass = intact_from; pass < before.cursor; ++pass) {
+      const auto slot = std::size_t(pass % b.num_slots);
+      out.pass_ids.push_back(pass_ids[slot]);
+      out.pass_num_tokens.push_back(num_tokens[slot]);
+      out.placement_versions.push_back(versions[slot]);
+      const std::int32_t* in = counts.data() + (pass - first) * pass_size;
+      out.physical_counts.insert(out.physical_counts.end(), in, in + pass_size);
+    }
+    out.logical_counts =
+        detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements_);
+    return out;
+  }
+  MOESTAT_FAIL("snapshot: the device state kept changing over {} attempts", kMaxAttempts);
+}
+
+}  // namespace moestat::record
