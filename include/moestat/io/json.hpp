@@ -1,4 +1,4 @@
-// JSON read/write of snapshots, placements and SGLang-style count files.
+// JSON read/write of snapshots, placements and SGLang-style count files, and safe file I/O.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <moestat/snapshot.hpp>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace moestat::io {
@@ -17,34 +18,90 @@ struct LogicalCounts {
   std::int64_t num_layers = 0;
   std::int64_t num_experts = 0;
   bool has_window_axis = false;      ///< The file held [W][L][E] rather than [L][E].
-  std::vector<std::int64_t> counts;  ///< [W, L, E] row-major.
+  std::vector<std::int64_t> counts;  ///< [W, L, E] row-major, non-negative.
 
   /// [L, E] summed over the window.
   std::vector<std::int64_t> totals() const;
+
+  friend bool operator==(const LogicalCounts&, const LogicalCounts&) = default;
 };
 
-/// moestat's own snapshot document (every field of Snapshot, plus "format" and "version";
-/// its "logical_count" key is [W][L][E] as SGLang's, so SGLang tools can read it too).
+/// The snapshot's window as SGLang's `logical_count` [W, L, E] (has_window_axis = true).
+/// moestat::Error when the snapshot has no pass window (per_token and decayed modes).
+LogicalCounts logical_counts_of(const Snapshot& snapshot);
+
+// ---- moestat snapshot documents ----
+
+/// The "format" value of a moestat snapshot document.
+inline constexpr std::string_view kSnapshotFormat = "moestat.snapshot";
+/// The document version this build writes and reads.
+inline constexpr std::int64_t kSnapshotFormatVersion = 1;
+
+/// moestat's own snapshot document: every field of Snapshot, plus "format" and "version".
+/// Its "logical_count" key is [W][L][E] as SGLang's, so SGLang tools can read it too;
+/// "physical_count" is [W][L][P]; token id arrays are [N][L][top_k]; decayed loads are
+/// [L][E] / [L][P] or [] when absent. Integers are written exactly (int64 / uint64) and
+/// doubles in their shortest form that parses back to the same value.
+/// moestat::Error (naming the field) when the snapshot is inconsistent: array sizes that do
+/// not match its dimensions, negative counts, ids out of range, non-finite loads.
 std::string snapshot_to_json(const Snapshot& snapshot);
-/// Parses a document written by snapshot_to_json; moestat::Error naming the bad field.
+/// Parses a document written by snapshot_to_json; moestat::Error naming the bad field
+/// (missing key, wrong nesting depth, ragged rows, non-integer, negative count, size that
+/// does not match the header) otherwise.
 Snapshot snapshot_from_json(std::string_view text);
+/// The checks snapshot_to_json applies: moestat::Error naming the first inconsistent field.
+void validate_snapshot(const Snapshot& snapshot);
+
+// ---- placements ----
 
 /// `{"physical_to_logical_map": [L][P]}`, exactly what SGLang's --init-expert-location takes.
+/// The placement's version is not part of that format and is not written.
 std::string placement_to_json(const Placement& placement);
-/// Parses `{"physical_to_logical_map": [L][P]}`. E is taken as max id + 1 (a valid map
-/// holds every logical expert) unless `num_logical_experts` > 0 is given.
-Placement placement_from_json(std::string_view text, std::int64_t num_logical_experts = 0);
+/// Parses `{"physical_to_logical_map": [L][P]}` (other keys are ignored). E is taken as
+/// max id + 1 (a valid map holds every logical expert) unless `num_logical_experts` > 0 is
+/// given. The result has version `version`. moestat::Error on malformed input or a map that
+/// is not a valid placement (an id out of range, an expert without a replica).
+Placement placement_from_json(std::string_view text, std::int64_t num_logical_experts = 0,
+                              std::uint64_t version = 0);
 
-/// `{"logical_count": ...}`, 3-d when counts.has_window_axis, else 2-d.
+// ---- SGLang logical counts ----
+
+/// `{"logical_count": ...}`, 3-d when counts.has_window_axis, else 2-d (then W must be 1).
+/// moestat::Error when sizes do not match or a count is negative.
 std::string logical_counts_to_json(const LogicalCounts& counts);
 /// Reads `logical_count` [L][E] or [W][L][E] from a JSON object (other keys are ignored).
+/// Every count must be a non-negative integer; L, E (and W) must be at least 1.
 LogicalCounts logical_counts_from_json(std::string_view text);
 
-/// Reads a whole file; moestat::Error naming the path when it cannot be read.
+// ---- any document ----
+
+/// What a moestat JSON document holds.
+enum class DocumentKind : std::uint8_t { kSnapshot, kLogicalCounts, kPlacement };
+/// "snapshot", "logical_count" or "placement".
+std::string_view document_kind_name(DocumentKind kind) noexcept;
+
+/// One parsed document; the alternative index follows DocumentKind.
+using Document = std::variant<Snapshot, LogicalCounts, Placement>;
+DocumentKind document_kind(const Document& document) noexcept;
+
+/// Detects and parses a document: an object with "format": "moestat.snapshot" is a
+/// snapshot; else one with "physical_to_logical_map" a placement (checked first, as SGLang's
+/// --init-expert-location does); else one with "logical_count" SGLang logical counts.
+/// moestat::Error when it is none of these.
+Document document_from_json(std::string_view text);
+
+/// Reads and parses a file as document_from_json does. Every error message starts with the
+/// path ("PATH: missing key ...").
+Document read_document(const std::filesystem::path& path);
+
+// ---- files ----
+
+/// Reads a whole file; moestat::Error naming the path (and why) when it cannot be read.
 std::string read_text_file(const std::filesystem::path& path);
-/// Writes `contents` to a temporary file beside `path`, fsyncs it and renames it over
-/// `path`, so readers see the old file or the new one, never a partial one. An unwritable
-/// path is a moestat::Error naming it, and leaves nothing behind.
+/// Writes `contents` to a temporary file beside `path` (same directory), fsyncs it and
+/// renames it over `path`, so readers see the old file or the new one, never a partial one.
+/// New files get mode 0666 less the umask. An unwritable path is a moestat::Error naming it,
+/// and leaves nothing behind (the temporary file is removed on every failure).
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
 
 }  // namespace moestat::io

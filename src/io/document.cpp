@@ -1,0 +1,59 @@
+// Detecting which moestat document a JSON file holds, and reading it with the path in errors.
+#include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
+
+#include "json_support.hpp"
+#include "readers.hpp"
+
+namespace moestat::io {
+
+std::string_view document_kind_name(DocumentKind kind) noexcept {
+  switch (kind) {
+    case DocumentKind::kSnapshot:
+      return "snapshot";
+    case DocumentKind::kLogicalCounts:
+      return "logical_count";
+    case DocumentKind::kPlacement:
+      return "placement";
+  }
+  return "unknown";
+}
+
+DocumentKind document_kind(const Document& document) noexcept {
+  return static_cast<DocumentKind>(document.index());
+}
+
+Document document_from_json(std::string_view text) {
+  const detail::Json doc = detail::parse_json(text);
+  MOESTAT_CHECK(doc.is_object(),
+                "expected a JSON object (a moestat snapshot, SGLang logical_count or "
+                "physical_to_logical_map), got {}",
+                detail::describe(doc));
+  if (doc.contains("format")) return detail::snapshot_from_document(doc);
+  if (doc.contains("physical_to_logical_map")) return detail::placement_from_document(doc, 0, 0);
+  if (doc.contains("logical_count")) return detail::logical_counts_from_document(doc);
+  std::string keys;
+  for (const auto& item : doc.items()) {
+    if (!keys.empty()) keys += ", ";
+    if (keys.size() > 60) {
+      keys += "...";
+      break;
+    }
+    keys += item.key();
+  }
+  MOESTAT_FAIL(
+      "not a moestat document: expected \"format\": \"{}\", \"physical_to_logical_map\" or "
+      "\"logical_count\", found keys [{}]",
+      kSnapshotFormat, keys);
+}
+
+Document read_document(const std::filesystem::path& path) {
+  const std::string text = read_text_file(path);
+  try {
+    return document_from_json(text);
+  } catch (const Error& error) {
+    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+  }
+}
+
+}  // namespace moestat::io

@@ -1,0 +1,152 @@
+#include "json_support.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace moestat::io::detail {
+
+Json parse_json(std::string_view text) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& error) {
+    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
+    std::string_view why = error.what();
+    if (const auto end = why.find("] "); why.starts_with("[json.exception") && end != why.npos) {
+      why.remove_prefix(end + 2);
+    }
+    MOESTAT_FAIL("not valid JSON: {}", why);
+  }
+}
+
+void require_object(const Json& document, std::string_view what) {
+  MOESTAT_CHECK(document.is_object(), "expected a JSON object ({}) at the top level, got {}", what,
+                describe(document));
+}
+
+const Json& require_key(const Json& object, std::string_view key) {
+  const auto found = object.find(key);
+  MOESTAT_CHECK(found != object.end(), "missing key \"{}\"", key);
+  return *found;
+}
+
+std::string describe(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::array:
+      return value.empty() ? "an empty array" : "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::string: {
+      std::string text = value.dump();
+      if (text.size() > 40) text = text.substr(0, 37) + "...";
+      return text;
+    }
+    default:
+      return value.dump();
+  }
+}
+
+std::string element_name(std::string_view name, std::span<const std::int64_t> index) {
+  std::string out(name);
+  for (std::int64_t i : index) out += fmt::format("[{}]", i);
+  return out;
+}
+
+std::int64_t read_int(const Json& value, std::string_view where, std::int64_t min,
+                      std::int64_t max) {
+  MOESTAT_CHECK(value.is_number_integer(), "{} is {}, expected an integer", where, describe(value));
+  // nlohmann stores non-negative integers as unsigned; those above int64's range are too big.
+  const bool too_big =
+      value.is_number_unsigned() &&
+      value.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max());
+  const std::int64_t number =
+      too_big ? std::numeric_limits<std::int64_t>::max() : value.get<std::int64_t>();
+  if (too_big || number < min || number > max) {
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    if (max == kMax && min == 0) {
+      MOESTAT_FAIL("{} is {}, expected a non-negative integer", where, describe(value));
+    }
+    if (max == kMax)
+      MOESTAT_FAIL("{} is {}, expected an integer >= {}", where, describe(value), min);
+    MOESTAT_FAIL("{} is {}, expected an integer in [{}, {}]", where, describe(value), min, max);
+  }
+  return number;
+}
+
+std::uint64_t read_uint(const Json& value, std::string_view where) {
+  MOESTAT_CHECK(value.is_number_unsigned(), "{} is {}, expected a non-negative integer", where,
+                describe(value));
+  return value.get<std::uint64_t>();
+}
+
+double read_double(const Json& value, std::string_view where) {
+  MOESTAT_CHECK(value.is_number(), "{} is {}, expected a number", where, describe(value));
+  const double number = value.get<double>();
+  MOESTAT_CHECK(std::isfinite(number), "{} is {}, expected a finite number", where, number);
+  return number;
+}
+
+std::vector<std::int64_t> read_nested_ints(const Json& value, std::string_view name,
+                                           std::vector<std::int64_t>& shape,
+                                           std::span<const std::string_view> dim_names,
+                                           std::int64_t min, std::int64_t max) {
+  return read_nested<std::int64_t>(value, name, shape, dim_names,
+                                   [min, max](const Json& element, const std::string& where) {
+                                     return read_int(element, where, min, max);
+                                   });
+}
+
+std::vector<double> read_nested_doubles(const Json& value, std::string_view name,
+                                        std::vector<std::int64_t>& shape,
+                                        std::span<const std::string_view> dim_names) {
+  return read_nested<double>(
+      value, name, shape, dim_names,
+      [](const Json& element, const std::string& where) { return read_double(element, where); });
+}
+
+int nesting_depth(const Json& value) {
+  int depth = 0;
+  for (const Json* level = &value; level->is_array(); level = &level->front()) {
+    ++depth;
+    if (level->empty()) break;
+  }
+  return depth;
+}
+
+namespace {
+
+void dump_value(const Json& value, int indent, std::string& out) {
+  // Arrays of arrays get one child per line; everything else is compact.
+  if (value.is_array() && !value.empty() && value.front().is_array()) {
+    out += "[\n";
+    const std::string pad(std::size_t(indent + 2), ' ');
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      out += pad;
+      dump_value(value[i], indent + 2, out);
+      out += i + 1 < value.size() ? ",\n" : "\n";
+    }
+    out.append(std::size_t(indent), ' ');
+    out += ']';
+  } else {
+    out += value.dump();
+  }
+}
+
+}  // namespace
+
+std::string dump_document(const Json& document) {
+  std::string out = "{\n";
+  std::size_t remaining = document.size();
+  for (const auto& [key, value] : document.items()) {
+    out += "  ";
+    out += Json(key).dump();
+    out += ": ";
+    dump_value(value, 2, out);
+    out += --remaining > 0 ? ",\n" : "\n";
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace moestat::io::detail

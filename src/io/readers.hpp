@@ -1,0 +1,16 @@
+// The readers behind the public *_from_json functions, on an already parsed document, so a
+// caller that inspects the keys first (document_from_json) parses the text only once.
+#pragma once
+
+#include <moestat/io/json.hpp>
+
+#include "json_support.hpp"
+
+namespace moestat::io::detail {
+
+Snapshot snapshot_from_document(const Json& document);
+Placement placement_from_document(const Json& document, std::int64_t num_logical_experts,
+                                  std::uint64_t version);
+LogicalCounts logical_counts_from_document(const Json& document);
+
+}  // namespace moestat::io::detail
