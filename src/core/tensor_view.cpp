@@ -90,6 +90,9 @@ std::int64_t TensorView::numel() const noexcept {
 }
 
 bool TensorView::is_contiguous() const noexcept {
+  // An empty view has no element to be out of place (as torch says), and contiguous()
+  // gives size-0 dimensions the strides of size 1.
+  if (numel() == 0) return true;
   std::int64_t expected = 1;
   for (int axis = num_dims_; axis-- > 0;) {
     if (shape_[axis] != 1 && strides_[axis] != expected) return false;
@@ -100,6 +103,8 @@ bool TensorView::is_contiguous() const noexcept {
 
 std::int64_t TensorView::int_at(std::initializer_list<std::int64_t> index) const {
   require_cpu("tensor");
+  // Only a default-constructed view has no data and an element (0-d).
+  MOESTAT_CHECK(data_ != nullptr, "int_at on a view with no data");
   MOESTAT_CHECK(int(index.size()) == num_dims_, "indexing a {}-d tensor with {} indices", num_dims_,
                 index.size());
   std::int64_t offset = 0;

@@ -1,0 +1,37 @@
+// moestat::Error and the MOESTAT_CHECK / MOESTAT_FAIL macros.
+#include <gtest/gtest.h>
+
+#include <moestat/error.hpp>
+#include <string>
+
+namespace moestat {
+namespace {
+
+TEST(Error, CheckPassesWithoutThrowing) { EXPECT_NO_THROW(MOESTAT_CHECK(1 + 1 == 2, "never")); }
+
+TEST(Error, CheckFormatsMessageAndLocation) {
+  const int line = __LINE__ + 2;
+  try {
+    MOESTAT_CHECK(false, "value {} of {}", 7, "x");
+    FAIL() << "MOESTAT_CHECK(false) did not throw";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.message(), "value 7 of x");
+    // The file name is relative to the repository (-fmacro-prefix-map), then the line.
+    EXPECT_EQ(std::string(error.what()),
+              "tests/unit/error_test.cpp:" + std::to_string(line) + ": value 7 of x");
+  }
+}
+
+TEST(Error, FailAlwaysThrows) {
+  EXPECT_THROW(MOESTAT_FAIL("broken {}", 1), Error);
+  try {
+    MOESTAT_FAIL("broken {}", 1);
+  } catch (const Error& error) {
+    EXPECT_EQ(error.message(), "broken 1");
+  }
+}
+
+TEST(Error, IsARuntimeError) { EXPECT_THROW(MOESTAT_FAIL("x"), std::runtime_error); }
+
+}  // namespace
+}  // namespace moestat
