@@ -1,1 +1,51 @@
-int main() { return 0; }
+// `moestat`: the command-line tool. Each subcommand lives in its own file.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <moestat/error.hpp>
+#include <utility>
+#include <vector>
+
+#include "command.hpp"
+
+int main(int argc, char** argv) {
+  using moestat::cli::Command;
+  CLI::App app{
+      "moestat: record how Mixture-of-Experts models route tokens to experts, and "
+      "inspect the recordings.",
+      "moestat"};
+  app.set_version_flag("--version", "moestat " MOESTAT_VERSION, "Print the version and exit");
+  app.require_subcommand(1);
+  app.footer("Run 'moestat COMMAND --help' for a command's options and an example.");
+
+  std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
+  for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command}) {
+    std::unique_ptr<Command> command = make();
+    CLI::App* subcommand = command->add_to(app);
+    commands.emplace_back(subcommand, std::move(command));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version arrive here too, with exit code 0; every real parse error is a
+    // usage error (2), whatever CLI11's own code for it.
+    const int code = app.exit(error);
+    return code == 0 ? moestat::cli::kExitOk : moestat::cli::kExitUsageError;
+  }
+
+  try {
+    for (auto& [subcommand, command] : commands) {
+      if (subcommand->parsed()) return command->run();
+    }
+  } catch (const moestat::Error& error) {
+    std::fflush(stdout);
+    fmt::print(stderr, "moestat: error: {}\n", error.message());
+    return moestat::cli::kExitRuntimeError;
+  } catch (const std::exception& error) {
+    std::fflush(stdout);
+    fmt::print(stderr, "moestat: error: {}\n", error.what());
+    return moestat::cli::kExitRuntimeError;
+  }
+  return moestat::cli::kExitUsageError;  // unreachable: require_subcommand(1)
+}

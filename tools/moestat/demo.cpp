@@ -1,0 +1,249 @@
+// `moestat demo --out DIR`: records a built-in skewed workload through the CPU recorder
+// exactly as an engine would, writes the snapshot, and checks it against an independent
+// tally of the generated ids.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
+#include <moestat/record/cpu_recorder.hpp>
+#include <moestat/workload.hpp>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "command.hpp"
+
+namespace moestat::cli {
+namespace {
+
+/// What the generator produced, counted with plain loops straight from its output (never
+/// through the recorder or the placement lookup): the reference the snapshot must equal.
+struct Tally {
+  std::int64_t num_layers, num_logical, num_physical;
+  std::vector<std::int64_t> logical;   ///< [W, L, E] from the generator's logical draws
+  std::vector<std::int64_t> physical;  ///< [W, L, P]
+  std::vector<std::int64_t> pass_tokens;
+  std::int64_t routed = 0;        ///< ids in [0, P) of real tokens
+  std::int64_t minus_ones = 0;    ///< -1 entries of real tokens
+  std::int64_t dropped = 0;       ///< other out-of-range ids of real tokens
+  std::int64_t padding_rows = 0;  ///< rows past the valid-token count (never counted)
+
+  Tally(const ModelTopology& topology, std::int64_t num_passes)
+      : num_layers(topology.num_layers),
+        num_logical(topology.num_logical_experts),
+        num_physical(topology.num_physical_experts),
+        logical(std::size_t(num_passes * num_layers * num_logical), 0),
+        physical(std::size_t(num_passes * num_layers * num_physical), 0) {}
+
+  void add(std::int64_t pass, std::int64_t layer, std::int64_t valid_tokens, std::int64_t top_k,
+           const std::vector<std::int32_t>& physical_ids,
+           const std::vector<std::int32_t>& logical_ids) {
+    std::int64_t* logical_row = logical.data() + (pass * num_layers + layer) * num_logical;
+    std::int64_t* physical_row = physical.data() + (pass * num_layers + layer) * num_physical;
+    for (std::int64_t i = 0; i < valid_tokens * top_k; ++i) {
+      const std::int32_t id = physical_ids[std::size_t(i)];
+      if (id == -1) {
+        ++minus_ones;
+      } else if (id < 0 || id >= num_physical) {
+        ++dropped;
+      } else {
+        ++routed;
+        ++physical_row[id];
+        ++logical_row[logical_ids[std::size_t(i)]];
+      }
+    }
+  }
+};
+
+/// Throws with the first difference between the snapshot and the tally.
+void check_against_tally(const Snapshot& snapshot, const Tally& tally,
+                         const workload::SyntheticWorkload& work) {
+  const std::int64_t num_passes = work.options().num_passes;
+  MOESTAT_CHECK(snapshot.num_passes == num_passes && snapshot.window_size() == num_passes,
+                "check failed: snapshot holds {} passes ({} recorded), the demo ran {}",
+                snapshot.window_size(), snapshot.num_passes, num_passes);
+  for (std::int64_t pass = 0; pass < num_passes; ++pass) {
+    const workload::PassBatch batch = work.batch(pass);
+    MOESTAT_CHECK(snapshot.pass_ids[std::size_t(pass)] == batch.pass_id &&
+                      snapshot.pass_num_tokens[std::size_t(pass)] == batch.num_valid_tokens &&
+                      snapshot.placement_versions[std::size_t(pass)] == work.placement().version(),
+                  "check failed: pass {}: snapshot has id {}, {} tokens, placement version {}; "
+                  "expected id {}, {} tokens, version {}",
+                  pass, snapshot.pass_ids[std::size_t(pass)],
+                  snapshot.pass_num_tokens[std::size_t(pass)],
+                  snapshot.placement_versions[std::size_t(pass)], batch.pass_id,
+                  batch.num_valid_tokens, work.placement().version());
+  }
+  MOESTAT_CHECK(snapshot.dropped_ids == tally.dropped,
+                "check failed: snapshot reports {} dropped ids, the generator produced {}",
+                snapshot.dropped_ids, tally.dropped);
+  const auto compare = [&](const std::vector<std::int64_t>& got,
+                           const std::vector<std::int64_t>& expected, std::int64_t width,
+                           const char* what) {
+    MOESTAT_CHECK(got.size() == expected.size(), "check failed: {} counts have {} entries, not {}",
+                  what, got.size(), expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i] == expected[i]) continue;
+      const auto flat = std::int64_t(i);
+      MOESTAT_FAIL(
+          "check failed: pass {} layer {} {} expert {}: snapshot counts {}, the "
+          "generator produced {}",
+          flat / (width * tally.num_layers), flat / width % tally.num_layers, what, flat % width,
+          got[i], expected[i]);
+    }
+  };
+  compare(snapshot.logical_counts, tally.logical, tally.num_logical, "logical");
+  compare(snapshot.physical_counts, tally.physical, tally.num_physical, "physical");
+}
+
+/// Throws naming the first field where the file read back differs from what was written.
+void check_read_back(const Snapshot& written, const Snapshot& read) {
+  const auto same = [](const char* field, const auto& a, const auto& b) {
+    MOESTAT_CHECK(a == b, "check failed: snapshot.json read back differs in {}", field);
+  };
+  same("mode", written.mode, read.mode);
+  same("dimensions",
+       std::vector{written.num_layers, written.num_logical_experts, written.num_physical_experts,
+                   written.top_k},
+       std::vector{read.num_layers, read.num_logical_experts, read.num_physical_experts,
+                   read.top_k});
+  same("tallies", std::vector{written.num_passes, written.dropped_ids, written.dropped_tokens},
+       std::vector{read.num_passes, read.dropped_ids, read.dropped_tokens});
+  same("pass_ids", written.pass_ids, read.pass_ids);
+  same("placement_versions", written.placement_versions, read.placement_versions);
+  same("pass_num_tokens", written.pass_num_tokens, read.pass_num_tokens);
+  same("logical_count", written.logical_counts, read.logical_counts);
+  same("physical_count", written.physical_counts, read.physical_counts);
+}
+
+std::string size_text(std::size_t bytes) {
+  return bytes >= 1 << 20 ? fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20))
+                          : fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
+}
+
+class DemoCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* sub = app.add_subcommand(
+        "demo",
+        "Record a built-in skewed DeepSeek-like workload, write the snapshot and check it "
+        "against an independent tally");
+    sub->add_option("--out", out_dir_,
+                    "Directory for snapshot.json, logical_count.json and "
+                    "placement.json (created if missing)")
+        ->required();
+    sub->add_option("--seed", seed_, "Workload seed; the same seed writes the same files")
+        ->capture_default_str();
+    sub->add_option("--passes", num_passes_, "Forward passes to record")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
+        ->capture_default_str();
+    sub->footer(
+        "The workload: 61 layers (first 3 dense), 256 experts on 288 slots with a non-trivial\n"
+        "placement, top-8, Zipf-like popularity with different hot experts per layer, decode\n"
+        "(1-64 tokens) and prefill (512-4096 tokens) passes padded to graph batch sizes, a few\n"
+        "-1 and out-of-range ids.\n\n"
+        "Example:\n"
+        "  moestat demo --out demo-out --seed 7 --passes 32\n"
+        "  moestat inspect demo-out/snapshot.json");
+    return sub;
+  }
+
+  int run() override {
+    const std::filesystem::path dir(out_dir_);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    MOESTAT_CHECK(!error, "cannot create directory {}: {}", dir.string(), error.message());
+
+    const workload::SyntheticWorkload work(workload::deepseek_like_topology(),
+                                           {.seed = seed_, .num_passes = num_passes_});
+    const ModelTopology& topology = work.topology();
+    fmt::print(
+        "workload: {} layers ({} MoE), {} experts on {} slots over {} ranks, top-{}, seed {}\n",
+        topology.num_layers, topology.num_moe_layers(), topology.num_logical_experts,
+        topology.num_physical_experts, topology.ep_size, topology.top_k, seed_);
+
+    record::CpuRecorder recorder(topology, {.mode = RecordMode::kStat, .window_size = num_passes_});
+    recorder.set_placement(work.placement());
+    recorder.start();
+
+    Tally tally(topology, num_passes_);
+    std::vector<std::int32_t> physical_ids, logical_ids;
+    std::int64_t decode_passes = 0, prefill_passes = 0, valid_tokens = 0;
+    std::int64_t decode_calls = 0, prefill_calls = 0;
+    double decode_seconds = 0.0, prefill_seconds = 0.0;
+    for (std::int64_t pass = 0; pass < num_passes_; ++pass) {
+      const workload::PassBatch batch = work.batch(pass);
+      (batch.prefill ? prefill_passes : decode_passes) += 1;
+      valid_tokens += batch.num_valid_tokens;
+      tally.padding_rows += batch.num_rows - batch.num_valid_tokens;
+      physical_ids.resize(std::size_t(batch.num_rows * topology.top_k));
+      logical_ids.resize(physical_ids.size());
+      recorder.begin_pass(batch.pass_id);
+      for (std::int64_t layer = 0; layer < topology.num_layers; ++layer) {
+        if (!topology.is_moe(layer)) continue;
+        work.fill_topk(pass, layer, physical_ids, logical_ids);
+        tally.add(pass, layer, batch.num_valid_tokens, topology.top_k, physical_ids, logical_ids);
+        const TensorView ids = TensorView::contiguous(physical_ids.data(), DType::kInt32,
+                                                      {batch.num_rows, topology.top_k});
+        const auto start = std::chrono::steady_clock::now();
+        recorder.record_topk(layer, ids, batch.num_valid_tokens);
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        (batch.prefill ? prefill_seconds : decode_seconds) += took.count();
+        (batch.prefill ? prefill_calls : decode_calls) += 1;
+      }
+      recorder.end_pass();
+    }
+    recorder.stop();
+    const Snapshot snapshot = recorder.snapshot();
+
+    fmt::print("passes: {} ({} decode of {}-{} tokens, {} prefill of {}-{} tokens)\n", num_passes_,
+               decode_passes, work.options().min_decode_tokens, work.options().max_decode_tokens,
+               prefill_passes, work.options().min_prefill_tokens,
+               work.options().max_prefill_tokens);
+    fmt::print("tokens: {} valid, {} padding rows (garbage ids, not counted)\n", valid_tokens,
+               tally.padding_rows);
+    fmt::print("ids: {} routed, {} padding (-1), {} dropped (out of range)\n", tally.routed,
+               tally.minus_ones, tally.dropped);
+    const auto per_call = [](double seconds, std::int64_t calls) {
+      return calls == 0 ? std::string("-")
+                        : fmt::format("{:.2f} us", 1e6 * seconds / double(calls));
+    };
+    fmt::print("record_topk: {} per decode layer, {} per prefill layer ({} + {} calls)\n",
+               per_call(decode_seconds, decode_calls), per_call(prefill_seconds, prefill_calls),
+               decode_calls, prefill_calls);
+
+    const std::string snapshot_json = io::snapshot_to_json(snapshot);
+    const std::string counts_json = io::logical_counts_to_json(io::logical_counts_of(snapshot));
+    const std::string placement_json = io::placement_to_json(work.placement());
+    io::write_file_atomically(dir / "snapshot.json", snapshot_json);
+    io::write_file_atomically(dir / "logical_count.json", counts_json);
+    io::write_file_atomically(dir / "placement.json", placement_json);
+    fmt::print("wrote: {} ({}), {} ({}), {} ({})\n", (dir / "snapshot.json").string(),
+               size_text(snapshot_json.size()), (dir / "logical_count.json").string(),
+               size_text(counts_json.size()), (dir / "placement.json").string(),
+               size_text(placement_json.size()));
+
+    check_against_tally(snapshot, tally, work);
+    fmt::print("check: snapshot equals independent tally ({} assignments)\n", tally.routed);
+    const io::Document read = io::read_document(dir / "snapshot.json");
+    MOESTAT_CHECK(std::holds_alternative<Snapshot>(read),
+                  "check failed: {} does not read back as a snapshot",
+                  (dir / "snapshot.json").string());
+    check_read_back(snapshot, std::get<Snapshot>(read));
+    fmt::print("check: snapshot.json reads back equal\n");
+    return kExitOk;
+  }
+
+ private:
+  std::string out_dir_;
+  std::uint64_t seed_ = 1;
+  std::int64_t num_passes_ = 64;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_demo_command() { return std::make_unique<DemoCommand>(); }
+
+}  // namespace moestat::cli
