@@ -56,8 +56,10 @@ void CpuRecorder::do_begin_pass(std::int64_t pass_id) {
 
 void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                                  std::int64_t num_valid_tokens) {
-  if (!pass_recorded_) return;
+  // NOTE: inputs are checked before the recording test so that a call fails (or not) the
+  // same way whether or not recording is on.
   topk_ids.require_cpu("topk_ids");
+  if (!pass_recorded_) return;
   std::int64_t* row = layer_row(layer);
   std::int64_t& first_token = layer_tokens_[std::size_t(layer)];
   if (options().mode == RecordMode::kPerToken) {
@@ -74,10 +76,11 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
 
 void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                                  const TensorView& num_valid_tokens) {
-  if (!pass_recorded_) return;
   num_valid_tokens.require_cpu("num_valid_tokens");
-  const std::int64_t count =
-      num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({}) : num_valid_tokens.int_at({0});
+  // The one element sits at offset 0 whatever the shape ([], [1], [1, 1], ...); a 0-d view
+  // of it reads it with the usual null and dtype checks.
+  const TensorView element(num_valid_tokens.data(), num_valid_tokens.dtype(), {}, {});
+  const std::int64_t count = element.int_at({});
   MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
                 "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
                 topk_ids.size(0));
@@ -86,7 +89,6 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
 
 void CpuRecorder::do_record_local_counts(std::int64_t layer, const TensorView& counts,
                                          std::int64_t first_physical_expert) {
-  if (!pass_recorded_) return;
   counts.require_cpu("local counts");
   const std::int64_t num_local = topology().num_local_experts();
   // Validate every entry before adding any, so a bad tensor never leaves half a layer.
@@ -94,6 +96,7 @@ void CpuRecorder::do_record_local_counts(std::int64_t layer, const TensorView& c
     MOESTAT_CHECK(counts.int_at({j}) >= 0, "local counts: entry {} is negative ({})", j,
                   counts.int_at({j}));
   }
+  if (!pass_recorded_) return;
   std::int64_t* row = layer_row(layer);
   for (std::int64_t j = 0; j < num_local; ++j) row[first_physical_expert + j] += counts.int_at({j});
 }
