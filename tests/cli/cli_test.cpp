@@ -1,0 +1,362 @@
+// The `moestat` binary as a user runs it: exit codes, help, inspect on files written here,
+// and the demo end to end, re-checked from the files it writes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <moestat/io/json.hpp>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <regex>
+#include <string>
+
+#include "io/test_support.hpp"
+
+namespace moestat {
+namespace {
+
+using test::ScratchDir;
+
+// ---- Naive references ----
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Runs the CLI with `args` (shell syntax), capturing stdout, stderr and the exit code.
+CliRun run_cli(const std::string& args) {
+  ScratchDir dir;
+  // NOTE: fmt rather than string concatenation, which trips GCC 12's -Wrestrict.
+  const std::string command =
+      fmt::format("'{}' {} >'{}' 2>'{}'", MOESTAT_CLI_PATH, args, (dir.path() / "out").string(),
+                  (dir.path() / "err").string());
+  const int status = std::system(command.c_str());
+  CliRun run;
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.out = read_file(dir.path() / "out");
+  run.err = read_file(dir.path() / "err");
+  return run;
+}
+
+std::string quoted(const std::filesystem::path& path) { return fmt::format("'{}'", path.string()); }
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+/// [L, E] logical counts summed over the window, and the per-layer argmax, by plain loops.
+std::vector<std::int64_t> naive_totals(const Snapshot& s) {
+  std::vector<std::int64_t> out(std::size_t(s.num_layers * s.num_logical_experts), 0);
+  for (std::size_t i = 0; i < s.logical_counts.size(); ++i) {
+    out[i % out.size()] += s.logical_counts[i];
+  }
+  return out;
+}
+
+// ---- Basics ----
+
+TEST(Cli, Version) {
+  const CliRun run = run_cli("--version");
+  EXPECT_EQ(run.code, 0);
+  EXPECT_EQ(run.out, "moestat " MOESTAT_VERSION "\n");
+}
+
+TEST(Cli, HelpListsEverySubcommandWithADescription) {
+  const CliRun run = run_cli("--help");
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(contains(run.out, "Usage: moestat")) << run.out;
+  EXPECT_TRUE(std::regex_search(run.out, std::regex("\n  demo +Record [^\n]+\n"))) << run.out;
+  EXPECT_TRUE(std::regex_search(run.out, std::regex("\n  inspect +Say what [^\n]+\n"))) << run.out;
+  EXPECT_TRUE(contains(run.out, "--version"));
+}
+
+TEST(Cli, EverySubcommandHelpHasAnExample) {
+  for (const char* name : {"demo", "inspect"}) {
+    SCOPED_TRACE(name);
+    const CliRun run = run_cli(std::string(name) + " --help");
+    EXPECT_EQ(run.code, 0);
+    EXPECT_TRUE(contains(run.out, "Example:\n  moestat ")) << run.out;
+    EXPECT_TRUE(contains(run.out, "\n  moestat " + std::string(name) + " ")) << run.out;
+  }
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  ScratchDir dir;  // where a wrongly accepted demo would write, so nothing lands elsewhere
+  const std::string out = "--out " + quoted(dir.path() / "x");
+  for (const std::string& args :
+       {std::string("frobnicate"), std::string(""), std::string("--bogus"), std::string("inspect"),
+        std::string("inspect a.json --bogus"), std::string("inspect a.json --top 0"),
+        std::string("demo"), "demo --passes 0 " + out, "demo --passes 1001 " + out,
+        "demo --passes many " + out, "demo --seed -1 " + out}) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 2) << run.out << run.err;
+    EXPECT_FALSE(run.err.empty());
+  }
+  EXPECT_TRUE(contains(run_cli("frobnicate").err, "frobnicate"));
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// ---- inspect ----
+
+/// A stat snapshot: 2 passes, 3 layers (layer 1 dense, so empty), E = 4, P = 5, top-2.
+Snapshot small_snapshot() {
+  Snapshot s;
+  s.num_layers = 3;
+  s.num_logical_experts = 4;
+  s.num_physical_experts = 5;
+  s.top_k = 2;
+  s.num_passes = 3;
+  s.dropped_ids = 4;
+  s.pass_ids = {8, 9};
+  s.placement_versions = {2, 3};
+  s.pass_num_tokens = {5, 2};
+  s.logical_counts = {1, 6, 2, 1, 0, 0, 0, 0, 3, 3, 3, 0,  //
+                      0, 3, 0, 1, 0, 0, 0, 0, 0, 4, 0, 0};
+  s.physical_counts.assign(2 * 3 * 5, 0);
+  for (std::size_t pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < 12; ++i) {
+      s.physical_counts[pass * 15 + i / 4 * 5 + i % 4] = s.logical_counts[pass * 12 + i];
+    }
+  }
+  return s;
+}
+
+TEST(CliInspect, SnapshotAsText) {
+  ScratchDir dir;
+  const auto path = dir.path() / "snap.json";
+  io::write_file_atomically(path, io::snapshot_to_json(small_snapshot()));
+  const CliRun run = run_cli("inspect " + quoted(path));
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(contains(run.out, "kind:        moestat snapshot, mode stat")) << run.out;
+  EXPECT_TRUE(contains(run.out, "2 passes x 3 layers x 4 logical experts (5 physical), top-2"));
+  EXPECT_TRUE(contains(run.out, "3 recorded, 2 in the window (pass ids 8..9)"));
+  EXPECT_TRUE(contains(run.out, "7 valid tokens"));
+  EXPECT_TRUE(contains(run.out, "versions 2, 3"));
+  EXPECT_TRUE(contains(run.out, "assignments: 27"));
+  EXPECT_TRUE(contains(run.out, "dropped:     4 ids"));
+  // Layer 0 totals {1, 9, 2, 2}: hottest 1:9; layer 2 {3, 7, 3, 0}: hottest 1:7 then 0:3 2:3.
+  EXPECT_TRUE(contains(run.out, "1:9 2:2 3:2")) << run.out;
+  EXPECT_TRUE(contains(run.out, "1:7 0:3 2:3")) << run.out;
+}
+
+TEST(CliInspect, SnapshotAsJson) {
+  ScratchDir dir;
+  const auto path = dir.path() / "snap.json";
+  const Snapshot snapshot = small_snapshot();
+  io::write_file_atomically(path, io::snapshot_to_json(snapshot));
+  const CliRun run = run_cli("inspect --json --top 2 " + quoted(path));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto doc = nlohmann::json::parse(run.out);
+  EXPECT_EQ(doc.at("kind"), "snapshot");
+  EXPECT_EQ(doc.at("file"), path.string());
+  EXPECT_EQ(doc.at("mode"), "stat");
+  EXPECT_EQ(doc.at("num_passes"), 3);
+  EXPECT_EQ(doc.at("window_size"), 2);
+  EXPECT_EQ(doc.at("dropped_ids"), 4);
+  EXPECT_EQ(doc.at("valid_tokens_in_window"), 7);
+  const std::vector<std::int64_t> totals = naive_totals(snapshot);
+  EXPECT_EQ(doc.at("total_assignments"), std::accumulate(totals.begin(), totals.end(), 0));
+  ASSERT_EQ(doc.at("layers").size(), 3u);
+  for (std::int64_t layer = 0; layer < 3; ++layer) {
+    const auto& entry = doc.at("layers")[std::size_t(layer)];
+    const auto row = totals.begin() + layer * 4;
+    const std::int64_t total = std::accumulate(row, row + 4, std::int64_t{0});
+    const std::int64_t max = *std::max_element(row, row + 4);
+    EXPECT_EQ(entry.at("layer"), layer);
+    EXPECT_EQ(entry.at("total"), total);
+    EXPECT_EQ(entry.at("max"), max);
+    if (total == 0) {
+      EXPECT_TRUE(entry.at("hottest").empty());
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(entry.at("max_over_mean").get<double>(), double(max) / (double(total) / 4));
+    ASSERT_EQ(entry.at("hottest").size(), 2u);
+    EXPECT_EQ(entry.at("hottest")[0].at("expert"), std::max_element(row, row + 4) - row);
+    EXPECT_EQ(entry.at("hottest")[0].at("load"), max);
+  }
+}
+
+TEST(CliInspect, LogicalCounts) {
+  ScratchDir dir;
+  const auto path = dir.path() / "counts.json";
+  std::ofstream(path) << R"({"rank": 0, "logical_count": [[5, 0, 1], [0, 0, 0]]})";
+  const CliRun text = run_cli("inspect " + quoted(path));
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "kind:        SGLang logical_count, [layers][experts]"));
+  EXPECT_TRUE(contains(text.out, "2 layers x 3 experts"));
+  EXPECT_TRUE(contains(text.out, "assignments: 6"));
+  const CliRun json = run_cli("inspect --json " + quoted(path));
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc.at("kind"), "logical_count");
+  EXPECT_EQ(doc.at("has_window_axis"), false);
+  EXPECT_EQ(doc.at("num_layers"), 2);
+  EXPECT_EQ(doc.at("num_experts"), 3);
+  EXPECT_EQ(doc.at("total_assignments"), 6);
+  EXPECT_EQ(doc.at("layers")[0].at("hottest")[0].at("expert"), 0);
+}
+
+TEST(CliInspect, Placement) {
+  ScratchDir dir;
+  const auto path = dir.path() / "placement.json";
+  // Layer 0 trivial (p % 3), layer 1 replicates expert 2 twice more.
+  std::ofstream(path) << R"({"physical_to_logical_map": [[0, 1, 2, 0, 1], [2, 0, 2, 1, 2]]})";
+  const CliRun text = run_cli("inspect " + quoted(path));
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "kind:        placement")) << text.out;
+  EXPECT_TRUE(contains(text.out, "2 layers x 5 physical slots holding 3 logical experts"));
+  EXPECT_TRUE(contains(text.out, "1 of 2 trivial"));
+  EXPECT_TRUE(contains(text.out, "2x3"));
+  const CliRun json = run_cli("inspect --json " + quoted(path));
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc.at("kind"), "placement");
+  EXPECT_EQ(doc.at("max_replicas"), 3);
+  EXPECT_EQ(doc.at("trivial_layers"), 1);
+  EXPECT_EQ(doc.at("layers")[1].at("replicated")[0].at("expert"), 2);
+  EXPECT_EQ(doc.at("layers")[1].at("replicated")[0].at("replicas"), 3);
+}
+
+TEST(CliInspect, MissingFileExitsOneNamingThePath) {
+  ScratchDir dir;
+  const auto path = dir.path() / "nope.json";
+  const CliRun run = run_cli("inspect " + quoted(path));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "moestat: error: cannot read " + path.string())) << run.err;
+  EXPECT_FALSE(contains(run.err, ".cpp:")) << "no source locations for users: " << run.err;
+  EXPECT_TRUE(run.out.empty());
+}
+
+TEST(CliInspect, MalformedFileExitsOneNamingFileAndProblem) {
+  ScratchDir dir;
+  const auto path = dir.path() / "bad.json";
+  std::ofstream(path) << R"({"logical_count": [[1, 2], [3]]})";
+  const CliRun run = run_cli("inspect --json " + quoted(path));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "moestat: error: " + path.string() + ": ragged rows")) << run.err;
+  std::ofstream(path) << "{\"hello\": 1}";
+  EXPECT_TRUE(contains(run_cli("inspect " + quoted(path)).err, "not a moestat document"));
+}
+
+// ---- demo ----
+
+/// The integer after `label` on the line of stdout that starts with `line`.
+std::int64_t number_in(const std::string& out, const std::string& pattern) {
+  std::smatch match;
+  if (!std::regex_search(out, match, std::regex(pattern))) {
+    ADD_FAILURE() << "no match for " << pattern << " in\n" << out;
+    return -1;
+  }
+  return std::stoll(match[1]);
+}
+
+TEST(CliDemo, EndToEndFilesAreConsistent) {
+  ScratchDir dir;
+  const CliRun run = run_cli("demo --out " + quoted(dir.path() / "out"));
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally (")) << run.out;
+  EXPECT_TRUE(contains(run.out, "check: snapshot.json reads back equal"));
+
+  const std::int64_t tokens = number_in(run.out, "\ntokens: (\\d+) valid");
+  const std::int64_t routed = number_in(run.out, "\nids: (\\d+) routed");
+  const std::int64_t minus_ones = number_in(run.out, ", (\\d+) padding \\(-1\\)");
+  const std::int64_t dropped = number_in(run.out, ", (\\d+) dropped \\(out of range\\)");
+  EXPECT_EQ(number_in(run.out, "independent tally \\((\\d+) assignments"), routed);
+  EXPECT_GT(minus_ones, 0);
+  EXPECT_GT(dropped, 0);
+
+  const Snapshot s = io::snapshot_from_json(read_file(dir.path() / "out" / "snapshot.json"));
+  const std::int64_t top_k = s.top_k;
+  EXPECT_EQ(s.num_passes, 64);
+  EXPECT_EQ(s.window_size(), 64);
+  EXPECT_EQ(s.dropped_ids, dropped);
+  EXPECT_EQ(std::accumulate(s.pass_num_tokens.begin(), s.pass_num_tokens.end(), std::int64_t{0}),
+            tokens);
+
+  // Per MoE layer: valid tokens x top_k minus the layer's -1 and dropped entries, which are
+  // few; over all layers the shortfall is exactly the -1 and dropped entries reported.
+  const std::vector<std::int64_t> totals = naive_totals(s);
+  std::int64_t shortfall = 0, moe_layers = 0, sum = 0;
+  for (std::int64_t layer = 0; layer < s.num_layers; ++layer) {
+    const auto row = totals.begin() + layer * s.num_logical_experts;
+    const std::int64_t layer_sum =
+        std::accumulate(row, row + s.num_logical_experts, std::int64_t{0});
+    sum += layer_sum;
+    if (layer < 3) {
+      EXPECT_EQ(layer_sum, 0) << "dense layer " << layer;
+      continue;
+    }
+    ++moe_layers;
+    EXPECT_LE(layer_sum, tokens * top_k) << layer;
+    EXPECT_GE(layer_sum, tokens * top_k - minus_ones - dropped) << layer;
+    shortfall += tokens * top_k - layer_sum;
+  }
+  EXPECT_EQ(moe_layers, 58);
+  EXPECT_EQ(sum, routed);
+  EXPECT_EQ(shortfall, minus_ones + dropped);
+
+  // Physical counts mapped through placement.json give the logical counts, pass by pass.
+  const Placement placement =
+      io::placement_from_json(read_file(dir.path() / "out" / "placement.json"));
+  ASSERT_EQ(placement.num_physical_experts(), s.num_physical_experts);
+  for (std::int64_t pass = 0; pass < s.window_size(); ++pass) {
+    std::vector<std::int64_t> logical(std::size_t(s.num_layers * s.num_logical_experts), 0);
+    for (std::int64_t layer = 0; layer < s.num_layers; ++layer) {
+      for (std::int64_t slot = 0; slot < s.num_physical_experts; ++slot) {
+        logical[std::size_t(layer * s.num_logical_experts + placement.logical_of(layer, slot))] +=
+            s.physical_counts[std::size_t((pass * s.num_layers + layer) * s.num_physical_experts +
+                                          slot)];
+      }
+    }
+    const auto first = s.logical_counts.begin() + pass * std::int64_t(logical.size());
+    ASSERT_TRUE(std::equal(logical.begin(), logical.end(), first)) << "pass " << pass;
+  }
+
+  // The SGLang-style file holds the same window.
+  const io::LogicalCounts counts =
+      io::logical_counts_from_json(read_file(dir.path() / "out" / "logical_count.json"));
+  EXPECT_TRUE(counts.has_window_axis);
+  EXPECT_EQ(counts.counts, s.logical_counts);
+
+  const CliRun inspect = run_cli("inspect --json " + quoted(dir.path() / "out" / "snapshot.json"));
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_EQ(nlohmann::json::parse(inspect.out).at("total_assignments"), routed);
+}
+
+TEST(CliDemo, DeterministicPerSeed) {
+  ScratchDir dir;
+  for (const char* name : {"a", "b", "c"}) {
+    const std::string seed = std::string(name) == "c" ? "10" : "9";
+    const CliRun run =
+        run_cli("demo --seed " + seed + " --passes 6 --out " + quoted(dir.path() / name));
+    ASSERT_EQ(run.code, 0) << run.out << run.err;
+  }
+  for (const char* file : {"snapshot.json", "logical_count.json", "placement.json"}) {
+    SCOPED_TRACE(file);
+    const std::string a = read_file(dir.path() / "a" / file);
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a, read_file(dir.path() / "b" / file));
+    EXPECT_NE(a, read_file(dir.path() / "c" / file));
+  }
+}
+
+TEST(CliDemo, UnwritableOutputExitsOneNamingThePath) {
+  ScratchDir dir;
+  std::ofstream(dir.path() / "file") << "x";
+  const auto out = dir.path() / "file" / "sub";
+  const CliRun run = run_cli("demo --passes 1 --out " + quoted(out));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "moestat: error: ")) << run.err;
+  EXPECT_TRUE(contains(run.err, out.string())) << run.err;
+}
+
+}  // namespace
+}  // namespace moestat
