@@ -37,6 +37,10 @@ Placement detail::placement_from_document(const Json& doc, std::int64_t num_logi
   MOESTAT_CHECK(shape[1] > 0, "{}[0] is empty: expected at least one physical slot", kKey);
   const std::int64_t max_id = *std::max_element(ids.begin(), ids.end());
   const std::int64_t num_logical = num_logical_experts > 0 ? num_logical_experts : max_id + 1;
+  MOESTAT_CHECK(num_logical <= shape[1],
+                "{} is not a valid placement: {} logical experts (ids up to {}) do not fit in {} "
+                "physical slots per layer",
+                kKey, num_logical, max_id, shape[1]);
   try {
     return Placement(shape[0], shape[1], num_logical,
                      std::vector<std::int32_t>(ids.begin(), ids.end()), version);

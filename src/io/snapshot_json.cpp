@@ -173,16 +173,19 @@ std::int64_t int_field(const Json& doc, std::string_view key, std::int64_t min =
   return detail::read_int(detail::require_key(doc, key), key, min, max);
 }
 
+/// A 1-d list of `size` integers (kAnySize: any); `dim_name` says what it is indexed by.
 std::vector<std::int64_t> int_list(const Json& doc, std::string_view key, std::int64_t size,
-                                   std::int64_t min = std::numeric_limits<std::int64_t>::min()) {
+                                   std::string_view dim_name) {
   std::vector<std::int64_t> shape{size};
-  const std::array<std::string_view, 1> names{"entries"};
-  return detail::read_nested_ints(detail::require_key(doc, key), key, shape, names, min, kMaxInt64);
+  const std::array<std::string_view, 1> names{dim_name};
+  return detail::read_nested_ints(detail::require_key(doc, key), key, shape, names,
+                                  std::numeric_limits<std::int64_t>::min(), kMaxInt64);
 }
 
-std::vector<std::uint64_t> uint_list(const Json& doc, std::string_view key, std::int64_t size) {
+std::vector<std::uint64_t> uint_list(const Json& doc, std::string_view key, std::int64_t size,
+                                     std::string_view dim_name) {
   std::vector<std::int64_t> shape{size};
-  const std::array<std::string_view, 1> names{"entries"};
+  const std::array<std::string_view, 1> names{dim_name};
   return detail::read_nested<std::uint64_t>(detail::require_key(doc, key), key, shape, names,
                                             detail::read_uint);
 }
@@ -250,10 +253,10 @@ Snapshot detail::snapshot_from_document(const Json& doc) {
   s.dropped_tokens = int_field(doc, "dropped_tokens");
 
   // The window size W comes from pass_ids; every other per-pass array must match it.
-  s.pass_ids = int_list(doc, "pass_ids", detail::kAnySize);
+  s.pass_ids = int_list(doc, "pass_ids", detail::kAnySize, "passes");
   const std::int64_t window = s.window_size();
-  s.placement_versions = uint_list(doc, "placement_versions", window);
-  s.pass_num_tokens = int_list(doc, "pass_num_tokens", window);
+  s.placement_versions = uint_list(doc, "placement_versions", window, "passes, as pass_ids");
+  s.pass_num_tokens = int_list(doc, "pass_num_tokens", window, "passes, as pass_ids");
   s.logical_counts =
       counts_field(doc, "logical_count", window, s.num_layers, s.num_logical_experts);
   s.physical_counts =
@@ -264,9 +267,10 @@ Snapshot detail::snapshot_from_document(const Json& doc) {
                                         s.num_physical_experts, "physical experts");
 
   // Likewise N for the per-token arrays comes from token_pass_ids.
-  s.token_pass_ids = int_list(doc, "token_pass_ids", detail::kAnySize);
+  s.token_pass_ids = int_list(doc, "token_pass_ids", detail::kAnySize, "tokens");
   const std::int64_t tokens = s.num_tokens();
-  s.token_placement_versions = uint_list(doc, "token_placement_versions", tokens);
+  s.token_placement_versions =
+      uint_list(doc, "token_placement_versions", tokens, "tokens, as token_pass_ids");
   s.token_physical_ids = ids_field(doc, "token_physical_ids", tokens, s.num_layers, s.top_k);
   s.token_logical_ids = ids_field(doc, "token_logical_ids", tokens, s.num_layers, s.top_k);
 

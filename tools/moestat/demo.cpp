@@ -134,10 +134,14 @@ class DemoCommand final : public Command {
                     "Directory for snapshot.json, logical_count.json and "
                     "placement.json (created if missing)")
         ->required();
+    // NOTE: CLI11 2.1 would wrap "-1" into 2^64 - 1 for an unsigned option; refuse it.
     sub->add_option("--seed", seed_, "Workload seed; the same seed writes the same files")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    // The window holds every pass ([passes, 61, 544] counts), so the count is capped at
+    // SGLang's default window of 1000 passes.
     sub->add_option("--passes", num_passes_, "Forward passes to record")
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000}))
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}))
         ->capture_default_str();
     sub->footer(
         "The workload: 61 layers (first 3 dense), 256 experts on 288 slots with a non-trivial\n"

@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
       "inspect the recordings.",
       "moestat"};
   app.set_version_flag("--version", "moestat " MOESTAT_VERSION, "Print the version and exit");
-  app.require_subcommand(1);
+  // At most one; "none" is reported below, so that an unknown word is reported as such.
+  app.require_subcommand(0, 1);
   app.footer("Run 'moestat COMMAND --help' for a command's options and an example.");
 
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
@@ -47,5 +48,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "moestat: error: {}\n", error.what());
     return moestat::cli::kExitRuntimeError;
   }
-  return moestat::cli::kExitUsageError;  // unreachable: require_subcommand(1)
+  fmt::print(
+      stderr,
+      "moestat: a command is required (demo, inspect)\nRun with --help for more information.\n");
+  return moestat::cli::kExitUsageError;
 }
