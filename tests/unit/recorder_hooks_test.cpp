@@ -764,6 +764,27 @@ TEST(RecorderExamples, PerTokenAppendsCallsAndFillsMissingLayers) {
   EXPECT_TRUE(snapshot.pass_ids.empty());
 }
 
+TEST(RecorderExamples, PerTokenCallWithoutValidTokensRecordsNoToken) {
+  // The first call of a fresh recorder has no valid token (a fully padded batch): nothing is
+  // traced, and nothing may be computed from the not yet allocated trace (clang's UBSan
+  // flags offsetting its null pointer).
+  CpuRecorder recorder(test_topology(), with_mode(RecordMode::kPerToken));
+  recorder.start();
+  const std::vector<std::int32_t> ids = {0, 1};
+  recorder.begin_pass(1);
+  recorder.record_topk(3, ids_view(ids), 0);
+  recorder.record_topk(2, TensorView::contiguous(nullptr, DType::kInt32, {0, kTopK}));
+  recorder.end_pass();
+  recorder.begin_pass(2);
+  recorder.record_topk(3, ids_view(ids), 0);
+  recorder.record_topk(2, ids_view(ids), 1);
+  recorder.end_pass();
+  const Snapshot snapshot = recorder.snapshot();
+  EXPECT_EQ(snapshot.num_passes, 2);
+  EXPECT_EQ(snapshot.token_pass_ids, std::vector<std::int64_t>{2});
+  EXPECT_EQ(snapshot.token_physical_ids, (std::vector<std::int32_t>{-1, -1, -1, -1, 0, 1, -1, -1}));
+}
+
 TEST(RecorderExamples, DecayedAppliesTheFactorBeforeEachPass) {
   RecorderOptions options = with_mode(RecordMode::kDecayed);
   options.decay = 0.5;

@@ -62,7 +62,9 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
   if (!pass_recorded_) return;
   std::int64_t* row = layer_row(layer);
   std::int64_t& first_token = layer_tokens_[std::size_t(layer)];
-  if (options().mode == RecordMode::kPerToken) {
+  // NOTE: no trace pointer without tokens: the trace may still be unallocated (null), and
+  // offsetting a null pointer is undefined behaviour.
+  if (options().mode == RecordMode::kPerToken && num_valid_tokens > 0) {
     grow_trace(first_token + num_valid_tokens);
     const std::int64_t token_size = topology().num_layers * topology().top_k;
     detail::TraceSink trace{
