@@ -23,7 +23,7 @@ struct Snapshot {
   // Pass-based modes (stat, stat_approx, per_pass): one row per pass, oldest first.
   std::vector<std::int64_t> pass_ids;             ///< [W] the id given to begin_pass.
   std::vector<std::uint64_t> placement_versions;  ///< [W] placement in force for the pass.
-  std::vector<std::int64_t> pass_num_tokens;      ///< [W] most valid tokens of any topk hook.
+  std::vector<std::int64_t> pass_num_tokens;      ///< [W] most valid tokens one layer got.
   std::vector<std::int64_t> logical_counts;       ///< [W, L, E] token assignments.
   std::vector<std::int64_t> physical_counts;      ///< [W, L, P] token assignments.
 
