@@ -1,10 +1,9 @@
 // Physical -> logical conversion of per-pass counts, shared by the recorder backends.
 #pragma once
 
-#include <moestat/placement.hpp>
-
 #include <cstdint>
 #include <map>
+#include <moestat/placement.hpp>
 #include <span>
 #include <vector>
 

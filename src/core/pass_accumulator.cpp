@@ -4,6 +4,8 @@
 #include <moestat/error.hpp>
 #include <set>
 
+#include "logical_counts.hpp"
+
 namespace moestat::detail {
 
 PassAccumulator::PassAccumulator(const ModelTopology& topology, const RecorderOptions& options)
@@ -157,16 +159,10 @@ Snapshot PassAccumulator::snapshot() const {
     out.pass_ids.push_back(window_pass_ids_[row]);
     out.pass_num_tokens.push_back(window_num_tokens_[row]);
     out.placement_versions.push_back(window_versions_[row]);
-    const Placement& map = placement(window_versions_[row]);
     const std::int64_t* in = window_counts_.data() + std::int64_t(row) * physical_size;
     std::copy(in, in + physical_size, out.physical_counts.begin() + i * physical_size);
-    std::int64_t* logical = out.logical_counts.data() + i * logical_size;
-    for (std::int64_t layer = 0; layer < num_layers_; ++layer) {
-      for (std::int64_t slot = 0; slot < num_physical_; ++slot) {
-        logical[layer * num_logical_ + map.logical_of(layer, slot)] +=
-            in[layer * num_physical_ + slot];
-      }
-    }
+    add_logical_counts(placement(window_versions_[row]), in,
+                       out.logical_counts.data() + i * logical_size);
   }
 
   out.decayed_physical_load = decayed_physical_;

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <moestat/recorder.hpp>
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <moestat/recorder.hpp>
 #include <mutex>
 
 namespace moestat::record {
@@ -21,7 +21,7 @@ namespace moestat::record {
 ///   captured graph serves recording on and off, and successive replays fill successive
 ///   window slots.
 /// - Control calls (start, stop, reset, set_placement) write a small control block in
-///   pinned host memory; the device latches it when a pass begins, so a pass is recorded
+///   device memory; the device latches it when a pass begins, so a pass is recorded
 ///   wholly or not at all and control never touches the engine's stream. They take effect
 ///   at the next pass that begins on the device.
 /// - snapshot() copies on a private stream under a sequence lock and returns only whole,

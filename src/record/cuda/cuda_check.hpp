@@ -11,10 +11,10 @@ namespace moestat::record::cuda {
 }  // namespace moestat::record::cuda
 
 /// Throws moestat::Error with the call's text and CUDA's error name when `expr` fails.
-#define MOESTAT_CUDA_CHECK(expr)                                                            \
-  do {                                                                                      \
-    const cudaError_t moestat_cuda_status = (expr);                                         \
-    if (moestat_cuda_status != cudaSuccess) [[unlikely]] {                                  \
+#define MOESTAT_CUDA_CHECK(expr)                                                                 \
+  do {                                                                                           \
+    const cudaError_t moestat_cuda_status = (expr);                                              \
+    if (moestat_cuda_status != cudaSuccess) [[unlikely]] {                                       \
       ::moestat::record::cuda::throw_cuda_error(#expr, moestat_cuda_status, __FILE__, __LINE__); \
-    }                                                                                       \
+    }                                                                                            \
   } while (false)

@@ -1,7 +1,6 @@
-#include <moestat/record/cuda_recorder.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <moestat/record/cuda_recorder.hpp>
 #include <vector>
 
 #include "../../core/logical_counts.hpp"
@@ -35,8 +34,10 @@ class DeviceGuard {
 template <typename T>
 T* device_alloc(std::int64_t count) {
   void* pointer = nullptr;
-  MOESTAT_CUDA_CHECK(cudaMalloc(&pointer, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
-  MOESTAT_CUDA_CHECK(cudaMemset(pointer, 0, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
+  MOESTAT_CUDA_CHECK(
+      cudaMalloc(&pointer, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
+  MOESTAT_CUDA_CHECK(
+      cudaMemset(pointer, 0, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(T)));
   return static_cast<T*>(pointer);
 }
 
@@ -53,10 +54,21 @@ void copy_to_host(std::vector<T>& out, const T* device, std::int64_t count, cuda
 /// Everything allocated at construction and freed at destruction.
 struct CudaRecorder::Resources {
   cuda::DeviceBuffers buffers{};
-  cuda::ControlBlock* control_host = nullptr;  // pinned, mapped
+  cuda::ControlBlock* control = nullptr;  // device memory, written by control calls
+  cuda::ControlBlock requested{};         // host copy of what control calls last wrote
   std::vector<void*> allocations;
   cudaStream_t control_stream = nullptr;  // snapshots and placement uploads
   int32_t* placement_maps = nullptr;
+
+  /// Writes one field of the device control block and waits for it to land, so the
+  /// next pass to begin on the device sees it.
+  template <typename T>
+  void write_control(T cuda::ControlBlock::*field, T value) {
+    requested.*field = value;
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&(control->*field), &(requested.*field), sizeof(T),
+                                       cudaMemcpyHostToDevice, control_stream));
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(control_stream));
+  }
 
   template <typename T>
   T* allocate(std::int64_t count) {
@@ -67,7 +79,6 @@ struct CudaRecorder::Resources {
 
   ~Resources() {
     for (void* pointer : allocations) cudaFree(pointer);
-    if (control_host != nullptr) cudaFreeHost(control_host);
     if (control_stream != nullptr) cudaStreamDestroy(control_stream);
   }
 };
@@ -95,15 +106,11 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
 
   Resources& r = *resources_;
   MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.control_stream, cudaStreamNonBlocking));
-  MOESTAT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&r.control_host),
-                                   sizeof(cuda::ControlBlock), cudaHostAllocMapped));
-  *r.control_host = cuda::ControlBlock{};
-  void* control_device = nullptr;
-  MOESTAT_CUDA_CHECK(cudaHostGetDevicePointer(&control_device, r.control_host, 0));
+  r.control = r.allocate<cuda::ControlBlock>(1);
 
   cuda::DeviceBuffers& b = r.buffers;
   b.state = r.allocate<cuda::DeviceState>(1);
-  b.control = static_cast<const cuda::ControlBlock*>(control_device);
+  b.control = r.control;
   b.window = r.allocate<std::int32_t>(num_slots * num_layers * num_physical);
   b.slot_pass_ids = r.allocate<long long>(num_slots);
   b.slot_versions = r.allocate<unsigned long long>(num_slots);
@@ -143,9 +150,9 @@ void CudaRecorder::launch_topk(std::int64_t layer, const TensorView& topk_ids,
                                const void* device_count, bool count_int64,
                                std::int64_t host_count) {
   require_on_device(topk_ids, "topk_ids");
-  const cuda::IdMatrix ids{topk_ids.data(),        topk_ids.dtype() == DType::kInt64,
-                           topk_ids.size(0),       topk_ids.size(1),
-                           topk_ids.stride(0),     topk_ids.stride(1)};
+  const cuda::IdMatrix ids{topk_ids.data(),    topk_ids.dtype() == DType::kInt64,
+                           topk_ids.size(0),   topk_ids.size(1),
+                           topk_ids.stride(0), topk_ids.stride(1)};
   const cuda::ValidCount valid{device_count, count_int64, host_count};
   cuda::launch_record_topk(resources_->buffers, layer, ids, valid, stream_);
 }
@@ -159,8 +166,8 @@ void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids
                                   const TensorView& num_valid_tokens) {
   if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
     // A host count is read now; only a device count follows the data of a replayed graph.
-    const std::int64_t count = num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({})
-                                                           : num_valid_tokens.int_at({0});
+    const std::int64_t count =
+        num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({}) : num_valid_tokens.int_at({0});
     MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
                   "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
                   topk_ids.size(0));
@@ -178,8 +185,8 @@ void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& 
   MOESTAT_CHECK(counts.stride(0) == 1 || counts.size(0) <= 1,
                 "local counts must be contiguous, got stride {}", counts.stride(0));
   cuda::launch_record_local_counts(resources_->buffers, layer, counts.data(),
-                                   counts.dtype() == DType::kInt64,
-                                   topology().num_local_experts(), first_physical_expert, stream_);
+                                   counts.dtype() == DType::kInt64, topology().num_local_experts(),
+                                   first_physical_expert, stream_);
 }
 
 void CudaRecorder::do_end_pass() {
@@ -189,24 +196,25 @@ void CudaRecorder::do_end_pass() {
 
 void CudaRecorder::start() {
   std::lock_guard lock(mutex_);
-  cuda::ControlBlock* control = resources_->control_host;
-  std::atomic_ref<std::int32_t>(control->recording).store(1, std::memory_order_release);
-  std::atomic_ref<std::uint64_t>(control->epoch).store(++requested_epoch_,
-                                                       std::memory_order_release);
+  DeviceGuard guard(device_);
+  // Recording first, then the epoch: a pass that sees the flag under the old epoch is
+  // discarded by the reset the new epoch triggers.
+  resources_->write_control(&cuda::ControlBlock::recording, std::int32_t{1});
+  resources_->write_control(&cuda::ControlBlock::epoch, ++requested_epoch_);
   recording_requested_.store(true, std::memory_order_release);
 }
 
 void CudaRecorder::stop() {
   std::lock_guard lock(mutex_);
-  std::atomic_ref<std::int32_t>(resources_->control_host->recording)
-      .store(0, std::memory_order_release);
+  DeviceGuard guard(device_);
+  resources_->write_control(&cuda::ControlBlock::recording, std::int32_t{0});
   recording_requested_.store(false, std::memory_order_release);
 }
 
 void CudaRecorder::reset() {
   std::lock_guard lock(mutex_);
-  std::atomic_ref<std::uint64_t>(resources_->control_host->epoch)
-      .store(++requested_epoch_, std::memory_order_release);
+  DeviceGuard guard(device_);
+  resources_->write_control(&cuda::ControlBlock::epoch, ++requested_epoch_);
 }
 
 bool CudaRecorder::is_recording() const {
@@ -216,16 +224,17 @@ bool CudaRecorder::is_recording() const {
 void CudaRecorder::set_placement(const Placement& placement) {
   validate_placement(placement);
   std::lock_guard lock(mutex_);
-  Resources& r = *resources_;
-  cuda::ControlBlock* control = r.control_host;
-  const std::uint64_t current = std::atomic_ref<std::uint64_t>(control->placement_version).load();
-  MOESTAT_CHECK(placement.version() > current,
-                "placement version {} must be higher than the current version {}",
-                placement.version(), current);
   DeviceGuard guard(device_);
+  Resources& r = *resources_;
+  const std::uint64_t current_word = r.requested.placement_word;
+  const std::uint64_t current = current_word >> 1;
+  MOESTAT_CHECK(placement.version() > current && placement.version() < (std::uint64_t{1} << 62),
+                "placement version {} must be higher than the current version {} (and below 2^62)",
+                placement.version(), current);
+  std::uint64_t buffer = current_word & 1;
   if (options().mode == RecordMode::kDecayed) {
-    // The end-pass kernel converts with the map latched by its pass: write the buffer no
-    // pass uses, and only once the device has latched the last change.
+    // The end-pass kernel converts with the map its pass latched: write the buffer no pass
+    // uses, which is free only once the device has latched the last change.
     cuda::DeviceState state{};
     MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&state, r.buffers.state, sizeof state,
                                        cudaMemcpyDeviceToHost, r.control_stream));
@@ -234,19 +243,15 @@ void CudaRecorder::set_placement(const Placement& placement) {
                   "placement version {} is not yet in use on the device (no pass began since it "
                   "was set); set the next placement after a pass",
                   current);
-    const std::int32_t buffer = 1 - control->placement_buffer;
+    buffer = 1 - buffer;
     const std::int64_t map_size = topology().num_layers * topology().num_physical_experts;
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(r.placement_maps + buffer * map_size,
-                                       placement.physical_to_logical().data(),
-                                       placement.physical_to_logical().size_bytes(),
-                                       cudaMemcpyHostToDevice, r.control_stream));
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(
+        r.placement_maps + std::int64_t(buffer) * map_size, placement.physical_to_logical().data(),
+        placement.physical_to_logical().size_bytes(), cudaMemcpyHostToDevice, r.control_stream));
     MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
-    std::atomic_ref<std::int32_t>(control->placement_buffer)
-        .store(buffer, std::memory_order_release);
   }
   placements_.emplace(placement.version(), placement);
-  std::atomic_ref<std::uint64_t>(control->placement_version)
-      .store(placement.version(), std::memory_order_release);
+  r.write_control(&cuda::ControlBlock::placement_word, (placement.version() << 1) | buffer);
 }
 
 Snapshot CudaRecorder::snapshot() const {
@@ -270,8 +275,8 @@ Snapshot CudaRecorder::snapshot() const {
   constexpr int kMaxAttempts = 1000;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     cuda::DeviceState before{}, after{};
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&before, b.state, sizeof before, cudaMemcpyDeviceToHost,
-                                       r.control_stream));
+    MOESTAT_CUDA_CHECK(
+        cudaMemcpyAsync(&before, b.state, sizeof before, cudaMemcpyDeviceToHost, r.control_stream));
     MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
     if (before.seq % 2 != 0) continue;
     if (before.applied_epoch != requested_epoch_) {
@@ -290,8 +295,8 @@ Snapshot CudaRecorder::snapshot() const {
     std::vector<double> decayed_physical, decayed_logical;
     if (out.mode == RecordMode::kDecayed) {
       copy_to_host(decayed_physical, b.decayed_physical, pass_size, r.control_stream);
-      copy_to_host(decayed_logical, b.decayed_logical,
-                   model.num_layers * model.num_logical_experts, r.control_stream);
+      copy_to_host(decayed_logical, b.decayed_logical, model.num_layers * model.num_logical_experts,
+                   r.control_stream);
     } else {
       // Only the slots of kept passes: [first, cursor) in at most two contiguous runs.
       counts.resize(std::size_t((before.cursor - first) * pass_size));
@@ -299,10 +304,10 @@ Snapshot CudaRecorder::snapshot() const {
       for (long long pass = first; pass < before.cursor;) {
         const long long slot = pass % b.num_slots;
         const long long run = std::min<long long>(before.cursor - pass, b.num_slots - slot);
-        MOESTAT_CUDA_CHECK(cudaMemcpyAsync(
-            counts.data() + copied * pass_size, b.window + slot * pass_size,
-            std::size_t(run * pass_size) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
-            r.control_stream));
+        MOESTAT_CUDA_CHECK(cudaMemcpyAsync(counts.data() + copied * pass_size,
+                                           b.window + slot * pass_size,
+                                           std::size_t(run * pass_size) * sizeof(std::int32_t),
+                                           cudaMemcpyDeviceToHost, r.control_stream));
         copied += run;
         pass += run;
       }
@@ -310,8 +315,8 @@ Snapshot CudaRecorder::snapshot() const {
       copy_to_host(num_tokens, b.slot_num_tokens, b.num_slots, r.control_stream);
       copy_to_host(versions, b.slot_versions, b.num_slots, r.control_stream);
     }
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(&after, b.state, sizeof after, cudaMemcpyDeviceToHost,
-                                       r.control_stream));
+    MOESTAT_CUDA_CHECK(
+        cudaMemcpyAsync(&after, b.state, sizeof after, cudaMemcpyDeviceToHost, r.control_stream));
     MOESTAT_CUDA_CHECK(cudaStreamSynchronize(r.control_stream));
 
     out.num_passes = before.cursor - before.base;

@@ -6,14 +6,18 @@
 
 namespace moestat::record::cuda {
 
-/// Requests from control threads, in pinned host memory mapped into the device address
-/// space: hosts write it with atomic stores, the begin-pass kernel reads it. No stream is
-/// involved, so control never waits for, or races with, the engine's stream.
+/// Requests from control threads, in device memory. Hosts write each field with its own
+/// copy on a private stream (8- and 4-byte aligned writes land whole); the begin-pass
+/// kernel latches them for its pass, so no hook reads host memory and control never touches
+/// the engine's stream. Fields may be seen in either order: a pass that latches "recording"
+/// under an old epoch is discarded when the new epoch's reset is applied.
 struct ControlBlock {
-  std::uint64_t epoch;              ///< Bumped by start/stop/reset; a change resets the data.
-  std::uint64_t placement_version;  ///< Version of the placement for passes that begin next.
-  std::int32_t recording;           ///< 1 while recording is requested.
-  std::int32_t placement_buffer;    ///< Which device map buffer holds that placement.
+  std::uint64_t epoch;  ///< Bumped by start/reset; a change resets the data.
+  /// (placement version << 1) | map buffer: one word, so a pass never sees a version with
+  /// another placement's map.
+  std::uint64_t placement_word;
+  std::int32_t recording;  ///< 1 while recording is requested.
+  std::int32_t padding;
 };
 
 /// Recorder state in device memory. The begin- and end-pass kernels are its only writers;
@@ -23,7 +27,7 @@ struct DeviceState {
   long long cursor;  ///< Recorded passes since creation; pass n uses slot n % num_slots.
   long long base;    ///< cursor at the last reset: passes [base, cursor) belong to the data.
   unsigned long long applied_epoch;
-  unsigned long long dropped_ids;  ///< Dropped ids of ended passes since the last reset.
+  unsigned long long dropped_ids;        ///< Dropped ids of ended passes since the last reset.
   unsigned long long placement_version;  ///< Latched for the open pass.
   long long pass_id;                     ///< Latched for the open pass.
   std::int32_t recording;                ///< Latched for the open pass: hooks read this.
@@ -33,14 +37,14 @@ struct DeviceState {
 /// Device buffers, all allocated when the recorder is created.
 struct DeviceBuffers {
   DeviceState* state;
-  const ControlBlock* control;  ///< Device alias of the pinned control block.
-  std::int32_t* window;         ///< [num_slots, L, P] per-pass counts.
-  long long* slot_pass_ids;     ///< [num_slots]
-  unsigned long long* slot_versions;  ///< [num_slots]
-  long long* slot_num_tokens;         ///< [num_slots] most valid tokens of any topk hook.
-  unsigned long long* slot_dropped;   ///< [num_slots] dropped ids of the pass.
-  double* decayed_physical;           ///< [L, P] decayed mode only, else null.
-  double* decayed_logical;            ///< [L, E] decayed mode only, else null.
+  const ControlBlock* control;
+  std::int32_t* window;                ///< [num_slots, L, P] per-pass counts.
+  long long* slot_pass_ids;            ///< [num_slots]
+  unsigned long long* slot_versions;   ///< [num_slots]
+  long long* slot_num_tokens;          ///< [num_slots] most valid tokens of any topk hook.
+  unsigned long long* slot_dropped;    ///< [num_slots] dropped ids of the pass.
+  double* decayed_physical;            ///< [L, P] decayed mode only, else null.
+  double* decayed_logical;             ///< [L, E] decayed mode only, else null.
   const std::int32_t* placement_maps;  ///< [2, L, P] physical -> logical, double-buffered.
   std::int64_t num_slots;
   std::int64_t num_layers;

@@ -1,7 +1,7 @@
-// Launchers of the CUDA recorder's kernels (record_kernels.cu defines and launches them;
-// no other file writes <<<...>>>). Inputs, outputs, sizes, then the stream. None of them
-// synchronises, allocates or branches on device data on the host, so all are safe to
-// capture in a CUDA graph.
+// Launchers of the CUDA recorder's kernels (topk_histogram.cu and pass_kernels.cu define and
+// launch them; no other file writes <<<...>>>). Inputs, outputs, sizes, then the stream. None of
+// them synchronises, allocates or branches on device data on the host, so all are safe to capture
+// in a CUDA graph.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,6 +30,9 @@ struct ValidCount {
   std::int64_t host_count;
 };
 
+/// How record_topk's histogram is computed (bench/gpu measures each; kAuto picks by size).
+enum class TopkAlgorithm { kAuto, kDirectAtomics, kClusterHistogram };
+
 /// Latches the control block (recording flag, placement) for the pass and applies a
 /// pending reset. One small block.
 void launch_begin_pass(const DeviceBuffers& buffers, std::int64_t pass_id, cudaStream_t stream);
@@ -37,7 +40,8 @@ void launch_begin_pass(const DeviceBuffers& buffers, std::int64_t pass_id, cudaS
 /// Adds the valid rows of `ids` to layer `layer` of the open pass's slot; ids outside
 /// [0, P) other than -1 go to the slot's dropped tally. Exits at once when not recording.
 void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const IdMatrix& ids,
-                        const ValidCount& valid, cudaStream_t stream);
+                        const ValidCount& valid, cudaStream_t stream,
+                        TopkAlgorithm algorithm = TopkAlgorithm::kAuto);
 
 /// Adds counts[0, num_local_experts) (int32 or int64; DeepEP low-latency masked_m) to
 /// slots [first_physical_expert, first_physical_expert + num_local_experts) of the layer.

@@ -1,0 +1,31 @@
+"""Joins the GPU harness's JSON and the SGLang-style baseline's JSON (measured in the same
+run) into the markdown table of docs/BENCHMARKS.md, with ratios."""
+import json
+import sys
+
+
+def main(moestat_path, baseline_path):
+    ours = json.load(open(moestat_path))
+    baseline = {(r["dtype"], r["tokens"]): r for r in json.load(open(baseline_path))["rows"]}
+    empty = ours["empty_node_us"]
+    print(f"Device: {ours['device']}; {ours['layers']} layers, E = {ours['physical_experts']}, "
+          f"top-{ours['top_k']}; empty graph node {empty:.3f} us, begin_pass {ours['begin_pass_us']:.3f} us, "
+          f"end_pass {ours['end_pass_us']:.3f} us (same run)\n")
+    print("| dtype | tokens | moestat us/layer | x empty node | direct / cluster us | flag off us "
+          "| SGLang-style us/layer (masked / clamped) | speed-up vs SGLang | eager host us/call "
+          "(moestat / SGLang) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in ours["rows"]:
+        base = baseline[(row["dtype"], row["tokens"])]
+        best = min(base["masked_scatter"]["graph_us"], base["clamped_scatter"]["graph_us"])
+        print(f"| {row['dtype']} | {row['tokens']} | {row['record_us']:.3f} "
+              f"| {row['record_us'] / empty:.2f} "
+              f"| {row['direct_atomics_us']:.3f} / {row['cluster_histogram_us']:.3f} "
+              f"| {row['record_off_us']:.3f} "
+              f"| {base['masked_scatter']['graph_us']:.2f} / {base['clamped_scatter']['graph_us']:.2f} "
+              f"| {best / row['record_us']:.1f}x "
+              f"| {row['eager_host_us']:.2f} / {base['masked_scatter']['eager_host_us']:.1f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

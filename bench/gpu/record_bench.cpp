@@ -1,0 +1,270 @@
+// GPU harness: per-layer cost of moestat's CUDA recording inside a replayed CUDA graph of
+// 58 MoE layers, next to an empty kernel node measured in the same run; eager host cost per
+// hook call; begin/end-pass cost. Prints one JSON document (bench/gpu/README.md).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <moestat/record/cuda_recorder.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "record/cuda/cuda_check.hpp"
+#include "record/cuda/record_kernels.cuh"
+
+namespace {
+
+using moestat::DType;
+using moestat::TensorView;
+
+constexpr int kLayers = 58;
+constexpr std::int64_t kPhysical = 288;
+constexpr std::int64_t kTopK = 8;
+constexpr int kReplays = 60;
+
+/// Median milliseconds of one replay of `exec`.
+double median_replay_ms(cudaGraphExec_t exec, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  MOESTAT_CUDA_CHECK(cudaEventCreate(&start));
+  MOESTAT_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 5; ++i) MOESTAT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<float> times;
+  for (int i = 0; i < kReplays; ++i) {
+    MOESTAT_CUDA_CHECK(cudaEventRecord(start, stream));
+    MOESTAT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    MOESTAT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    MOESTAT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    MOESTAT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+/// Captures `body` into a graph and returns the median replay time in microseconds.
+double graph_us(cudaStream_t stream, const std::function<void()>& body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MOESTAT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  body();
+  MOESTAT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  MOESTAT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = median_replay_ms(exec, stream) * 1000.0;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
+/// Skewed routing like the baseline's: per-layer Dirichlet(0.3)-like popularity, 8 distinct
+/// experts per token, 5% of tokens padded with -1.
+std::vector<std::int64_t> skewed_ids(std::mt19937_64& rng, std::int64_t num_tokens) {
+  std::gamma_distribution<double> gamma(0.3, 1.0);
+  std::vector<double> weights(static_cast<std::size_t>(kPhysical));
+  for (double& weight : weights) weight = gamma(rng) + 1e-9;
+  std::discrete_distribution<std::int64_t> expert(weights.begin(), weights.end());
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(num_tokens * kTopK));
+  for (std::int64_t token = 0; token < num_tokens; ++token) {
+    std::int64_t* row = ids.data() + token * kTopK;
+    const bool padded = unit(rng) < 0.05;
+    for (std::int64_t column = 0; column < kTopK; ++column) {
+      std::int64_t id;
+      do {
+        id = expert(rng);
+      } while (std::find(row, row + column, id) != row + column);
+      row[column] = padded ? -1 : id;
+    }
+  }
+  return ids;
+}
+
+/// Device buffers for timing the launchers directly: one pass slot pair, recording latched
+/// on. The recorder's own buffers are private; these have the same layout.
+struct RawBuffers {
+  moestat::record::cuda::DeviceBuffers buffers{};
+  std::vector<void*> allocations;
+
+  template <typename T>
+  T* allocate(std::int64_t count) {
+    void* pointer = nullptr;
+    MOESTAT_CUDA_CHECK(cudaMalloc(&pointer, std::size_t(count) * sizeof(T)));
+    MOESTAT_CUDA_CHECK(cudaMemset(pointer, 0, std::size_t(count) * sizeof(T)));
+    allocations.push_back(pointer);
+    return static_cast<T*>(pointer);
+  }
+
+  RawBuffers() {
+    buffers.state = allocate<moestat::record::cuda::DeviceState>(1);
+    buffers.control = allocate<moestat::record::cuda::ControlBlock>(1);
+    buffers.num_slots = 2;
+    buffers.num_layers = kLayers;
+    buffers.num_physical_experts = kPhysical;
+    buffers.num_logical_experts = 256;
+    buffers.window = allocate<std::int32_t>(2 * kLayers * kPhysical);
+    buffers.slot_pass_ids = allocate<long long>(2);
+    buffers.slot_versions = allocate<unsigned long long>(2);
+    buffers.slot_num_tokens = allocate<long long>(2);
+    buffers.slot_dropped = allocate<unsigned long long>(2);
+    buffers.placement_maps = allocate<std::int32_t>(2 * kLayers * kPhysical);
+    const std::int32_t on = 1;
+    MOESTAT_CUDA_CHECK(
+        cudaMemcpy(&buffers.state->recording, &on, sizeof on, cudaMemcpyHostToDevice));
+    // The end-pass kernel keeps the latched flag, so repeated ends keep recording.
+  }
+  ~RawBuffers() {
+    for (void* pointer : allocations) cudaFree(pointer);
+  }
+};
+
+}  // namespace
+
+int main() {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::fprintf(stderr, "record_bench: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp properties{};
+  MOESTAT_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  moestat::ModelTopology topology = moestat::ModelTopology::uniform(kLayers, 256, kTopK);
+  topology.num_physical_experts = kPhysical;
+  topology.validate();
+  cudaStream_t stream;
+  MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const double empty_us = graph_us(stream,
+                                   [&] {
+                                     for (int layer = 0; layer < kLayers; ++layer)
+                                       moestat::record::cuda::launch_empty(stream);
+                                   }) /
+                          kLayers;
+  RawBuffers raw;
+  const double begin_us =
+      graph_us(stream,
+               [&] {
+                 for (int layer = 0; layer < kLayers; ++layer) {
+                   moestat::record::cuda::launch_begin_pass(raw.buffers, layer, stream);
+                 }
+               }) /
+      kLayers;
+  // begin_pass latched the (zero) control block: switch recording back on for the ends.
+  const std::int32_t on = 1;
+  MOESTAT_CUDA_CHECK(
+      cudaMemcpy(&raw.buffers.state->recording, &on, sizeof on, cudaMemcpyHostToDevice));
+  const double end_us =
+      graph_us(stream,
+               [&] {
+                 for (int layer = 0; layer < kLayers; ++layer) {
+                   moestat::record::cuda::launch_end_pass(raw.buffers, -1.0, stream);
+                 }
+               }) /
+      kLayers;
+
+  std::printf("{\n  \"device\": \"%s\",\n  \"layers\": %d,\n  \"physical_experts\": %ld,\n",
+              properties.name, kLayers, long(kPhysical));
+  std::printf(
+      "  \"top_k\": %ld,\n  \"empty_node_us\": %.4f,\n  \"begin_pass_us\": %.4f,\n"
+      "  \"end_pass_us\": %.4f,\n  \"rows\": [\n",
+      long(kTopK), empty_us, begin_us, end_us);
+  std::mt19937_64 rng(0);
+  bool first_row = true;
+  for (bool int64_ids : {false, true}) {
+    for (std::int64_t tokens : {1, 16, 128, 512, 2048, 8192, 32768}) {
+      const std::size_t element = int64_ids ? 8 : 4;
+      std::vector<void*> buffers;
+      for (int layer = 0; layer < kLayers; ++layer) {
+        const auto ids = skewed_ids(rng, tokens);
+        std::vector<char> bytes(ids.size() * element);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          if (int64_ids) {
+            reinterpret_cast<std::int64_t*>(bytes.data())[i] = ids[i];
+          } else {
+            reinterpret_cast<std::int32_t*>(bytes.data())[i] = std::int32_t(ids[i]);
+          }
+        }
+        void* device = nullptr;
+        MOESTAT_CUDA_CHECK(cudaMalloc(&device, bytes.size()));
+        MOESTAT_CUDA_CHECK(cudaMemcpy(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+        buffers.push_back(device);
+      }
+      const DType dtype = int64_ids ? DType::kInt64 : DType::kInt32;
+      moestat::record::CudaRecorder recorder(
+          topology, {.mode = moestat::RecordMode::kStat, .window_size = 1000});
+      recorder.set_stream(stream);
+      auto record_all = [&] {
+        for (int layer = 0; layer < kLayers; ++layer) {
+          recorder.record_topk(
+              layer, TensorView::contiguous(buffers[std::size_t(layer)], dtype, {tokens, kTopK},
+                                            moestat::Device::cuda(0)));
+        }
+      };
+      // The flag is latched per pass: a begin_pass outside the graph opens one pass that the
+      // captured record nodes then write into (on) or skip (off).
+      recorder.start();
+      recorder.begin_pass(0);
+      const double on_us = graph_us(stream, record_all) / kLayers;
+      recorder.end_pass();
+      recorder.stop();
+      recorder.begin_pass(1);
+      const double off_us = graph_us(stream, record_all) / kLayers;
+      recorder.end_pass();
+      recorder.start();
+      const double pass_us = graph_us(stream,
+                                      [&] {
+                                        for (int layer = 0; layer < kLayers; ++layer) {
+                                          recorder.begin_pass(layer);
+                                          recorder.end_pass();
+                                        }
+                                      }) /
+                             kLayers;
+      // Each algorithm through its launcher, whatever the automatic choice.
+      double algorithm_us[2];
+      for (int choice = 0; choice < 2; ++choice) {
+        const auto algorithm = choice == 0
+                                   ? moestat::record::cuda::TopkAlgorithm::kDirectAtomics
+                                   : moestat::record::cuda::TopkAlgorithm::kClusterHistogram;
+        algorithm_us[choice] =
+            graph_us(stream,
+                     [&] {
+                       for (int layer = 0; layer < kLayers; ++layer) {
+                         const moestat::record::cuda::IdMatrix ids{
+                             buffers[std::size_t(layer)], int64_ids, tokens, kTopK, kTopK, 1};
+                         moestat::record::cuda::launch_record_topk(
+                             raw.buffers, layer, ids, {nullptr, false, tokens}, stream, algorithm);
+                       }
+                     }) /
+            kLayers;
+      }
+      // Eager: host time to enqueue one hook call.
+      recorder.begin_pass(2);
+      MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto host_start = std::chrono::steady_clock::now();
+      constexpr int kEagerRounds = 20;
+      for (int round = 0; round < kEagerRounds; ++round) record_all();
+      const double host_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_start)
+              .count() /
+          (kEagerRounds * kLayers);
+      MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      recorder.end_pass();
+      MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::printf(
+          "%s    {\"dtype\": \"%s\", \"tokens\": %ld, \"record_us\": %.4f, "
+          "\"record_off_us\": %.4f, \"begin_end_pass_us\": %.4f, "
+          "\"eager_host_us\": %.3f, \"direct_atomics_us\": %.4f, "
+          "\"cluster_histogram_us\": %.4f}",
+          first_row ? "" : ",\n", int64_ids ? "int64" : "int32", long(tokens), on_us, off_us,
+          pass_us, host_us, algorithm_us[0], algorithm_us[1]);
+      first_row = false;
+      for (void* buffer : buffers) cudaFree(buffer);
+    }
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}

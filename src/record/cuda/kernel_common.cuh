@@ -1,0 +1,30 @@
+// Device helpers shared by the recorder's kernel families.
+#pragma once
+
+#include "record_kernels.cuh"
+
+namespace moestat::record::cuda::detail {
+
+/// Rows of an IdMatrix that are real tokens, clamped to [0, num_rows].
+__device__ __forceinline__ long long load_valid_rows(const ValidCount& valid, long long num_rows) {
+  long long rows = valid.host_count;
+  if (valid.device_count != nullptr) {
+    rows = valid.is_int64 ? *static_cast<const long long*>(valid.device_count)
+                          : *static_cast<const int*>(valid.device_count);
+  }
+  return rows < 0 ? 0 : (rows > num_rows ? num_rows : rows);
+}
+
+/// Sums a per-thread tally over the warp and adds it with one atomic. All lanes must call.
+__device__ __forceinline__ void add_warp_tally(unsigned long long* tally, unsigned value) {
+  value = __reduce_add_sync(0xffffffffu, value);
+  if ((threadIdx.x & 31) == 0 && value != 0) atomicAdd(tally, value);
+}
+
+/// Counts of layer `layer` in window slot `slot`: [P] ints.
+__device__ __forceinline__ int* layer_counts(const DeviceBuffers& buffers, long long slot,
+                                             long long layer) {
+  return buffers.window + (slot * buffers.num_layers + layer) * buffers.num_physical_experts;
+}
+
+}  // namespace moestat::record::cuda::detail

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine: the GPU tests, the same tests under compute-sanitizer (memcheck,
+# racecheck), then the GPU benchmark and its SGLang-style baseline in the same run.
+# Usage: tests/gpu/run_device_suite.sh BIN_DIR OUT_DIR
+#   BIN_DIR holds moestat_gpu_recorder_tests and moestat_bench_gpu (built with nvcc).
+set -uo pipefail
+bin=$1
+out=$2
+mkdir -p "$out"
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+echo "== GPU tests"
+"$bin/moestat_gpu_recorder_tests" 2>&1 | tee "$out/gpu_tests.log" | tail -n 30 || status=1
+
+# The sanitizers slow every launch by orders of magnitude: the eager tests cover every
+# kernel; the replay and control tests run without the tool.
+sanitized="CudaRecorder.*"
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer --tool $tool"
+  compute-sanitizer --tool "$tool" --error-exitcode 3 \
+    "$bin/moestat_gpu_recorder_tests" --gtest_filter="$sanitized" >"$out/sanitizer_$tool.log" 2>&1
+  code=$?
+  tail -n 3 "$out/sanitizer_$tool.log"
+  echo "compute-sanitizer $tool exit code: $code"
+  [[ $code -eq 0 ]] || status=1
+done
+
+echo "== benchmark"
+"$bin/moestat_bench_gpu" >"$out/moestat_gpu.json" || status=1
+python3 bench/gpu/sglang_style_baseline.py >"$out/sglang_style.json" || status=1
+python3 bench/gpu/make_table.py "$out/moestat_gpu.json" "$out/sglang_style.json" | tee "$out/table.md"
+exit $status
