@@ -11,7 +11,7 @@ def main(moestat_path, baseline_path):
     print(f"Device: {ours['device']}; {ours['layers']} layers, E = {ours['physical_experts']}, "
           f"top-{ours['top_k']}; empty graph node {empty:.3f} us, begin_pass {ours['begin_pass_us']:.3f} us, "
           f"end_pass {ours['end_pass_us']:.3f} us (same run)\n")
-    print("| dtype | tokens | moestat us/layer | x empty node | direct / cluster us | flag off us "
+    print("| dtype | tokens | moestat us/layer | x empty node | direct / block us | flag off us "
           "| SGLang-style us/layer (masked / clamped) | speed-up vs SGLang | eager host us/call "
           "(moestat / SGLang) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -20,7 +20,7 @@ def main(moestat_path, baseline_path):
         best = min(base["masked_scatter"]["graph_us"], base["clamped_scatter"]["graph_us"])
         print(f"| {row['dtype']} | {row['tokens']} | {row['record_us']:.3f} "
               f"| {row['record_us'] / empty:.2f} "
-              f"| {row['direct_atomics_us']:.3f} / {row['cluster_histogram_us']:.3f} "
+              f"| {row['direct_atomics_us']:.2f} / {row['block_histogram_us']:.2f} "
               f"| {row['record_off_us']:.3f} "
               f"| {base['masked_scatter']['graph_us']:.2f} / {base['clamped_scatter']['graph_us']:.2f} "
               f"| {best / row['record_us']:.1f}x "

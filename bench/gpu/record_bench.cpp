@@ -106,11 +106,12 @@ struct RawBuffers {
     buffers.num_layers = kLayers;
     buffers.num_physical_experts = kPhysical;
     buffers.num_logical_experts = 256;
+    buffers.pass_counts =
+        allocate<std::int32_t>(moestat::record::cuda::kPassCopies * kLayers * kPhysical);
     buffers.window = allocate<std::int32_t>(2 * kLayers * kPhysical);
     buffers.slot_pass_ids = allocate<long long>(2);
     buffers.slot_versions = allocate<unsigned long long>(2);
     buffers.slot_num_tokens = allocate<long long>(2);
-    buffers.slot_dropped = allocate<unsigned long long>(2);
     buffers.placement_maps = allocate<std::int32_t>(2 * kLayers * kPhysical);
     const std::int32_t on = 1;
     MOESTAT_CUDA_CHECK(
@@ -224,19 +225,20 @@ int main() {
                                       }) /
                              kLayers;
       // Each algorithm through its launcher, whatever the automatic choice.
+      const moestat::record::cuda::TopkAlgorithm algorithms[] = {
+          moestat::record::cuda::TopkAlgorithm::kDirectAtomics,
+          moestat::record::cuda::TopkAlgorithm::kBlockHistogram};
       double algorithm_us[2];
       for (int choice = 0; choice < 2; ++choice) {
-        const auto algorithm = choice == 0
-                                   ? moestat::record::cuda::TopkAlgorithm::kDirectAtomics
-                                   : moestat::record::cuda::TopkAlgorithm::kClusterHistogram;
         algorithm_us[choice] =
             graph_us(stream,
                      [&] {
                        for (int layer = 0; layer < kLayers; ++layer) {
                          const moestat::record::cuda::IdMatrix ids{
                              buffers[std::size_t(layer)], int64_ids, tokens, kTopK, kTopK, 1};
-                         moestat::record::cuda::launch_record_topk(
-                             raw.buffers, layer, ids, {nullptr, false, tokens}, stream, algorithm);
+                         moestat::record::cuda::launch_record_topk(raw.buffers, layer, ids,
+                                                                   {nullptr, false, tokens}, stream,
+                                                                   algorithms[choice]);
                        }
                      }) /
             kLayers;
@@ -258,7 +260,7 @@ int main() {
           "%s    {\"dtype\": \"%s\", \"tokens\": %ld, \"record_us\": %.4f, "
           "\"record_off_us\": %.4f, \"begin_end_pass_us\": %.4f, "
           "\"eager_host_us\": %.3f, \"direct_atomics_us\": %.4f, "
-          "\"cluster_histogram_us\": %.4f}",
+          "\"block_histogram_us\": %.4f}",
           first_row ? "" : ",\n", int64_ids ? "int64" : "int32", long(tokens), on_us, off_us,
           pass_us, host_us, algorithm_us[0], algorithm_us[1]);
       first_row = false;

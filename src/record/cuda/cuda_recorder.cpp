@@ -111,11 +111,11 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   cuda::DeviceBuffers& b = r.buffers;
   b.state = r.allocate<cuda::DeviceState>(1);
   b.control = r.control;
+  b.pass_counts = r.allocate<std::int32_t>(cuda::kPassCopies * num_layers * num_physical);
   b.window = r.allocate<std::int32_t>(num_slots * num_layers * num_physical);
   b.slot_pass_ids = r.allocate<long long>(num_slots);
   b.slot_versions = r.allocate<unsigned long long>(num_slots);
   b.slot_num_tokens = r.allocate<long long>(num_slots);
-  b.slot_dropped = r.allocate<unsigned long long>(num_slots);
   if (mode == RecordMode::kDecayed) {
     b.decayed_physical = r.allocate<double>(num_layers * num_physical);
     b.decayed_logical = r.allocate<double>(num_layers * num_logical);
@@ -322,15 +322,17 @@ Snapshot CudaRecorder::snapshot() const {
     out.num_passes = before.cursor - before.base;
     out.dropped_ids = std::int64_t(before.dropped_ids);
     if (out.mode == RecordMode::kDecayed) {
-      if (after.seq != before.seq) continue;
+      // Whole only if no fold kernel ran during the copy (each pass folds num_layers blocks).
+      const bool quiet = before.fold_blocks == std::uint64_t(model.num_layers * before.cursor) &&
+                         after.fold_blocks == before.fold_blocks && after.seq == before.seq;
+      if (!quiet) continue;
       out.decayed_physical_load = std::move(decayed_physical);
       out.decayed_logical_load = std::move(decayed_logical);
       return out;
     }
-    // Pass n's slot is cleared when the cursor reaches n + window + 1 (an end-pass kernel
-    // in progress, seq odd, may be clearing it already).
-    const long long reached = after.cursor + (after.seq % 2 != 0 ? 1 : 0);
-    const long long intact_from = std::max<long long>(first, reached - window);
+    // Pass n's slot is overwritten by the fold of pass n + window + 1, which runs while the
+    // cursor is n + window + 1: the passes from after.cursor - window on were intact.
+    const long long intact_from = std::max<long long>(first, after.cursor - window);
     for (long long pass = intact_from; pass < before.cursor; ++pass) {
       const auto slot = std::size_t(pass % b.num_slots);
       out.pass_ids.push_back(pass_ids[slot]);

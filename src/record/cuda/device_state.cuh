@@ -20,29 +20,39 @@ struct ControlBlock {
   std::int32_t padding;
 };
 
-/// Recorder state in device memory. The begin- and end-pass kernels are its only writers;
-/// the host reads it with a sequence lock (seq is odd while a kernel updates it).
+/// Copies of the open pass's counts that record kernels spread their atomics over, so a
+/// hot expert's counter is not hit by every block of a large batch.
+constexpr int kPassCopies = 16;
+
+/// Recorder state in device memory. The begin- and end-pass kernels write it; record
+/// kernels only add to the open pass's tallies. The host reads it with a sequence lock
+/// (seq is odd while a single-threaded kernel updates the fields below it).
 struct DeviceState {
   unsigned long long seq;
-  long long cursor;  ///< Recorded passes since creation; pass n uses slot n % num_slots.
+  long long cursor;  ///< Recorded passes since creation; pass n ends in slot n % num_slots.
   long long base;    ///< cursor at the last reset: passes [base, cursor) belong to the data.
   unsigned long long applied_epoch;
   unsigned long long dropped_ids;        ///< Dropped ids of ended passes since the last reset.
   unsigned long long placement_version;  ///< Latched for the open pass.
   long long pass_id;                     ///< Latched for the open pass.
-  std::int32_t recording;                ///< Latched for the open pass: hooks read this.
-  std::int32_t placement_buffer;         ///< Latched for the open pass.
+  /// Blocks of the fold kernel started ever: num_layers * cursor when no pass is ending, so
+  /// a reader can tell whether the decayed loads were being written during its copy.
+  unsigned long long fold_blocks;
+  long long pass_num_tokens;        ///< Open pass: most valid tokens of any topk hook.
+  unsigned long long pass_dropped;  ///< Open pass: ids dropped so far.
+  std::int32_t recording;           ///< Latched for the open pass: hooks read this.
+  std::int32_t placement_buffer;    ///< Latched for the open pass.
 };
 
 /// Device buffers, all allocated when the recorder is created.
 struct DeviceBuffers {
   DeviceState* state;
   const ControlBlock* control;
-  std::int32_t* window;                ///< [num_slots, L, P] per-pass counts.
+  std::int32_t* pass_counts;           ///< [kPassCopies, L, P] the open pass, zero between passes.
+  std::int32_t* window;                ///< [num_slots, L, P] counts of ended passes.
   long long* slot_pass_ids;            ///< [num_slots]
   unsigned long long* slot_versions;   ///< [num_slots]
-  long long* slot_num_tokens;          ///< [num_slots] most valid tokens of any topk hook.
-  unsigned long long* slot_dropped;    ///< [num_slots] dropped ids of the pass.
+  long long* slot_num_tokens;          ///< [num_slots]
   double* decayed_physical;            ///< [L, P] decayed mode only, else null.
   double* decayed_logical;             ///< [L, E] decayed mode only, else null.
   const std::int32_t* placement_maps;  ///< [2, L, P] physical -> logical, double-buffered.

@@ -21,10 +21,10 @@ __device__ __forceinline__ void add_warp_tally(unsigned long long* tally, unsign
   if ((threadIdx.x & 31) == 0 && value != 0) atomicAdd(tally, value);
 }
 
-/// Counts of layer `layer` in window slot `slot`: [P] ints.
-__device__ __forceinline__ int* layer_counts(const DeviceBuffers& buffers, long long slot,
-                                             long long layer) {
-  return buffers.window + (slot * buffers.num_layers + layer) * buffers.num_physical_experts;
+/// Counts of layer `layer` in copy `copy` of the open pass: [P] ints.
+__device__ __forceinline__ int* pass_layer_counts(const DeviceBuffers& buffers, long long copy,
+                                                  long long layer) {
+  return buffers.pass_counts + (copy * buffers.num_layers + layer) * buffers.num_physical_experts;
 }
 
 }  // namespace moestat::record::cuda::detail

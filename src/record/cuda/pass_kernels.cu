@@ -1,6 +1,6 @@
-// Pass-level kernels: begin (latch the control block, apply a reset), end (metadata,
-// decayed load, cursor, clearing the next slot), DeepEP local counts, and an empty kernel
-// for benchmarks.
+// Pass-level kernels: begin (latch the control block, apply a reset), end (fold the open
+// pass into its window slot and the decayed load, then advance the cursor), DeepEP local
+// counts, and an empty kernel for benchmarks.
 #include <cstdint>
 
 #include "cuda_check.hpp"
@@ -12,19 +12,18 @@ namespace {
 
 constexpr int kLocalThreads = 256;
 constexpr int kBeginThreads = 128;
-constexpr int kEndThreads = 1024;
+constexpr int kFoldThreads = 320;  // one bin per thread for up to 320 physical experts
 
 template <typename Count>
 __global__ void record_local_counts_kernel(DeviceBuffers buffers, long long layer,
                                            const Count* local_counts, long long num_local,
                                            long long first_physical_expert) {
-  const DeviceState* state = buffers.state;
-  if (state->recording == 0) return;
-  const long long slot = state->cursor % buffers.num_slots;
-  int* counts = detail::layer_counts(buffers, slot, layer);
   const long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j < num_local && local_counts[j] > 0) {
-    atomicAdd(&counts[first_physical_expert + j], static_cast<int>(local_counts[j]));
+  const Count count = j < num_local ? local_counts[j] : Count(0);  // overlaps the flag load
+  if (buffers.state->recording == 0) return;
+  if (count > 0) {
+    atomicAdd(&detail::pass_layer_counts(buffers, 0, layer)[first_physical_expert + j],
+              static_cast<int>(count));
   }
 }
 
@@ -65,73 +64,84 @@ __global__ void begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
   }
 }
 
-__global__ void __launch_bounds__(kEndThreads)
-    end_pass_kernel(DeviceBuffers buffers, double decay) {
+/// One block per layer: sums the pass copies into the window slot (overwriting the pass
+/// that slot held, which has left the window), zeroes the copies, updates decayed loads.
+__global__ void __launch_bounds__(kFoldThreads)
+    fold_pass_kernel(DeviceBuffers buffers, double decay) {
+  extern __shared__ int layer_sums[];  // [P]
   DeviceState* state = buffers.state;
-  __shared__ bool recording;
-  __shared__ long long cursor;
-  if (threadIdx.x == 0) {
-    recording = state->recording != 0;
-    cursor = state->cursor;
-    if (recording) {
-      state->seq += 1;
-      __threadfence();
-    }
-  }
-  __syncthreads();
-  if (!recording) return;
-
+  const int recording = state->recording;
+  const long long cursor = state->cursor;  // loaded with the flag, before any barrier
+  if (recording == 0) return;
+  const long long layer = blockIdx.x;
   const long long num_bins = buffers.num_physical_experts;
   const long long pass_size = buffers.num_layers * num_bins;
+  const bool decayed = decay >= 0;
+  if (decayed && threadIdx.x == 0) {
+    atomicAdd(&state->fold_blocks, 1ull);
+    __threadfence();
+  }
+  __syncthreads();
   const long long slot = cursor % buffers.num_slots;
-  int* pass_counts = buffers.window + slot * pass_size;
-  if (decay >= 0) {
-    const long long logical_size = buffers.num_layers * buffers.num_logical_experts;
-    for (long long i = threadIdx.x; i < pass_size; i += blockDim.x) {
-      buffers.decayed_physical[i] = decay * buffers.decayed_physical[i] + pass_counts[i];
+  int* window_row = buffers.window + slot * pass_size + layer * num_bins;
+  for (long long bin = threadIdx.x; bin < num_bins; bin += blockDim.x) {
+    // All loads before any store: the copies may alias as far as the compiler knows, and
+    // interleaving would serialise one memory round trip per copy.
+    int values[kPassCopies];
+#pragma unroll
+    for (int copy = 0; copy < kPassCopies; ++copy) {
+      values[copy] = detail::pass_layer_counts(buffers, copy, layer)[bin];
     }
-    for (long long i = threadIdx.x; i < logical_size; i += blockDim.x) {
-      buffers.decayed_logical[i] *= decay;
+    int sum = 0;
+#pragma unroll
+    for (int copy = 0; copy < kPassCopies; ++copy) {
+      sum += values[copy];
+      detail::pass_layer_counts(buffers, copy, layer)[bin] = 0;
     }
-    __syncthreads();
-    const std::int32_t* map = buffers.placement_maps + state->placement_buffer * pass_size;
-    for (long long i = threadIdx.x; i < pass_size; i += blockDim.x) {
-      if (pass_counts[i] != 0) {
-        const long long layer = i / num_bins;
-        atomicAdd(&buffers.decayed_logical[layer * buffers.num_logical_experts + map[i]],
-                  static_cast<double>(pass_counts[i]));
-      }
+    window_row[bin] = sum;
+    layer_sums[bin] = sum;
+    if (decayed) {
+      double& load = buffers.decayed_physical[layer * num_bins + bin];
+      load = decay * load + sum;
     }
   }
-  if (threadIdx.x == 0) {
-    buffers.slot_pass_ids[slot] = state->pass_id;
-    buffers.slot_versions[slot] = state->placement_version;
-    state->dropped_ids += buffers.slot_dropped[slot];
+  if (!decayed) return;
+  double* logical = buffers.decayed_logical + layer * buffers.num_logical_experts;
+  for (long long e = threadIdx.x; e < buffers.num_logical_experts; e += blockDim.x) {
+    logical[e] *= decay;
   }
   __syncthreads();
+  const std::int32_t* map =
+      buffers.placement_maps + state->placement_buffer * pass_size + layer * num_bins;
+  for (long long bin = threadIdx.x; bin < num_bins; bin += blockDim.x) {
+    if (layer_sums[bin] != 0) atomicAdd(&logical[map[bin]], static_cast<double>(layer_sums[bin]));
+  }
+}
 
-  // Clear the slot the next pass writes (the oldest kept pass, or this one when only one).
-  const long long next = (cursor + 1) % buffers.num_slots;
-  int* next_counts = buffers.window + next * pass_size;
-  if (pass_size % 4 == 0) {  // slots then start on 16-byte boundaries
-    int4* vectors = reinterpret_cast<int4*>(next_counts);
-    for (long long i = threadIdx.x; i < pass_size / 4; i += blockDim.x) {
-      vectors[i] = make_int4(0, 0, 0, 0);
-    }
-  } else {
-    for (long long i = threadIdx.x; i < pass_size; i += blockDim.x) next_counts[i] = 0;
-  }
-  if (threadIdx.x == 0) {
-    buffers.slot_num_tokens[next] = 0;
-    buffers.slot_dropped[next] = 0;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    state->cursor = cursor + 1;
-    __threadfence();
-    state->seq += 1;
-  }
+/// Publishes the folded pass: slot metadata, tallies, cursor. One thread.
+__global__ void advance_pass_kernel(DeviceBuffers buffers) {
+  DeviceState* state = buffers.state;
+  // Every field is loaded before the first store, so the loads overlap.
+  const int recording = state->recording;
+  const unsigned long long seq = state->seq;
+  const long long cursor = state->cursor;
+  const long long pass_id = state->pass_id;
+  const unsigned long long version = state->placement_version;
+  const long long num_tokens = state->pass_num_tokens;
+  const unsigned long long dropped = state->pass_dropped + state->dropped_ids;
+  if (recording == 0) return;
+  state->seq = seq + 1;
+  __threadfence();
+  const long long slot = cursor % buffers.num_slots;
+  buffers.slot_pass_ids[slot] = pass_id;
+  buffers.slot_versions[slot] = version;
+  buffers.slot_num_tokens[slot] = num_tokens;
+  state->dropped_ids = dropped;
+  state->pass_num_tokens = 0;
+  state->pass_dropped = 0;
+  state->cursor = cursor + 1;
+  __threadfence();
+  state->seq = seq + 2;
 }
 
 __global__ void empty_kernel() {}
@@ -160,7 +170,11 @@ void launch_record_local_counts(const DeviceBuffers& buffers, std::int64_t layer
 }
 
 void launch_end_pass(const DeviceBuffers& buffers, double decay, cudaStream_t stream) {
-  end_pass_kernel<<<1, kEndThreads, 0, stream>>>(buffers, decay);
+  const std::size_t shared_bytes = std::size_t(buffers.num_physical_experts) * sizeof(int);
+  fold_pass_kernel<<<unsigned(buffers.num_layers), kFoldThreads, shared_bytes, stream>>>(buffers,
+                                                                                         decay);
+  MOESTAT_CUDA_CHECK(cudaGetLastError());
+  advance_pass_kernel<<<1, 1, 0, stream>>>(buffers);
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -31,7 +31,7 @@ struct ValidCount {
 };
 
 /// How record_topk's histogram is computed (bench/gpu measures each; kAuto picks by size).
-enum class TopkAlgorithm { kAuto, kDirectAtomics, kClusterHistogram };
+enum class TopkAlgorithm { kAuto, kDirectAtomics, kBlockHistogram };
 
 /// Latches the control block (recording flag, placement) for the pass and applies a
 /// pending reset. One small block.

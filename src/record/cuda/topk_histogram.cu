@@ -1,15 +1,15 @@
-// record_topk's kernels: a histogram of a layer's router ids added to the open pass's slot.
+// record_topk's kernels: a histogram of one layer's router ids added to the open pass.
 //
 // Two algorithms, chosen by the host from the captured (padded) batch shape:
 // - direct atomics (decode sizes): one thread per id, one global atomic per id. At this
 //   size a kernel's cost is its chain of dependent memory round trips, so every load (flag,
-//   cursor, valid count, id) is issued before any is used, and there is no shared stage.
-// - cluster histogram (prefill sizes): each block tallies its share of ids into per-warp
-//   shared-memory copies (skewed routing makes a single copy contend), sums them, and the
-//   8 blocks of a thread-block cluster reduce their sums through distributed shared memory
-//   so that only one global atomic per bin per cluster reaches L2.
-#include <cooperative_groups.h>
-
+//   valid count, id) is issued before any is used, and there is no shared-memory stage.
+// - block histogram (prefill sizes): each block tallies its share of the ids into per-warp
+//   shared-memory copies (skewed routing makes one copy contend), sums them and adds one
+//   global atomic per non-zero bin.
+// Either way block b adds to copy b % kPassCopies of the open pass, so a hot expert's
+// counter takes at most 1/kPassCopies of the blocks' atomics; end_pass folds the copies.
+// bench/gpu measures both algorithms at every size.
 #include <algorithm>
 #include <cstdint>
 
@@ -20,16 +20,14 @@
 namespace moestat::record::cuda {
 namespace {
 
-namespace cg = cooperative_groups;
-
 constexpr int kDirectThreads = 256;
-constexpr int kClusterSize = 8;
-constexpr int kClusterThreads = 256;
-constexpr int kClusterWarps = kClusterThreads / 32;
+constexpr int kBlockThreads = 256;
+constexpr int kBlockWarps = kBlockThreads / 32;
 constexpr int kVectorsPerThread = 2;  // 16-byte loads in flight per thread per round
-constexpr int kMaxClusterBlocks = 128;
-// Up to this many ids the direct kernel wins (bench/gpu measures both).
-constexpr std::int64_t kDirectMaxIds = 1024;
+constexpr int kMaxBlocks = 128;
+// Up to this many ids (2048 tokens of top-8) the direct kernel wins on an H200 (bench/gpu
+// measures both algorithms at every size).
+constexpr std::int64_t kDirectMaxIds = 16384;
 
 template <typename Id>
 __device__ __forceinline__ Id load_id(const IdMatrix& ids, long long index) {
@@ -52,21 +50,21 @@ __global__ void __launch_bounds__(kDirectThreads)
   // (padding rows included), and overlapping the loads is what makes this kernel cheap.
   const bool in_batch = index < ids.num_rows * ids.num_columns;
   const Id id = in_batch ? load_id<Id>(ids, index) : Id(-1);
-  const int recording = buffers.state->recording;
-  const long long cursor = buffers.state->cursor;
+  DeviceState* state = buffers.state;
+  const int recording = state->recording;
   const long long rows = detail::load_valid_rows(valid, ids.num_rows);
   if (recording == 0) return;
-  const long long slot = cursor % buffers.num_slots;
-  if (index == 0) atomicMax(&buffers.slot_num_tokens[slot], rows);
+  if (index == 0) atomicMax(&state->pass_num_tokens, rows);
   unsigned dropped = 0;
   if (index < rows * ids.num_columns) {
     if (in_range(id, buffers.num_physical_experts)) {
-      atomicAdd(&detail::layer_counts(buffers, slot, layer)[static_cast<long long>(id)], 1);
+      int* counts = detail::pass_layer_counts(buffers, blockIdx.x % kPassCopies, layer);
+      atomicAdd(&counts[static_cast<long long>(id)], 1);
     } else {
       dropped = id != Id(-1);
     }
   }
-  detail::add_warp_tally(&buffers.slot_dropped[slot], dropped);
+  detail::add_warp_tally(&state->pass_dropped, dropped);
 }
 
 template <typename Id>
@@ -81,12 +79,9 @@ __device__ __forceinline__ void tally(Id id, bool counted, long long num_bins, i
 }
 
 template <typename Id, bool kVectorLoads>
-__global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kClusterThreads)
-    cluster_histogram_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids,
-                             ValidCount valid) {
-  // [kClusterWarps, P] per-warp copies, then [P] this block's sums (read by the cluster).
-  extern __shared__ int shared[];
-  cg::cluster_group cluster = cg::this_cluster();
+__global__ void __launch_bounds__(kBlockThreads)
+    block_histogram_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
+  extern __shared__ int histograms[];  // [kBlockWarps, P]
   const long long num_bins = buffers.num_physical_experts;
   const long long batch_ids = ids.num_rows * ids.num_columns;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -94,36 +89,39 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kClusterT
 
   using Vector = int4;
   constexpr int kPerVector = 16 / sizeof(Id);
+  const long long num_vectors = batch_ids / kPerVector;
+  const auto* vectors = static_cast<const Vector*>(ids.data);
   // First round of loads in flight before the flag is known (see direct_atomics_kernel).
   Vector loaded[kVectorsPerThread];
   if constexpr (kVectorLoads) {
-    const auto* vectors = static_cast<const Vector*>(ids.data);
 #pragma unroll
     for (int k = 0; k < kVectorsPerThread; ++k) {
       const long long v = first + k * stride;
-      loaded[k] = v < batch_ids / kPerVector ? vectors[v] : make_int4(-1, -1, -1, -1);
+      loaded[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
     }
   }
-  const int recording = buffers.state->recording;
-  const long long cursor = buffers.state->cursor;
+  DeviceState* state = buffers.state;
+  const int recording = state->recording;
   const long long rows = detail::load_valid_rows(valid, ids.num_rows);
-  if (recording == 0) return;  // uniform over the grid, so no block waits at a cluster barrier
+  if (recording == 0) return;
 
-  int* sums = shared + kClusterWarps * num_bins;
-  for (long long i = threadIdx.x; i < kClusterWarps * num_bins; i += blockDim.x) {
-    shared[i] = 0;
-  }
-  const long long slot = cursor % buffers.num_slots;
+  for (long long i = threadIdx.x; i < kBlockWarps * num_bins; i += blockDim.x) histograms[i] = 0;
   const long long num_ids = rows * ids.num_columns;
-  if (blockIdx.x == 0 && threadIdx.x == 0) atomicMax(&buffers.slot_num_tokens[slot], rows);
+  if (blockIdx.x == 0 && threadIdx.x == 0) atomicMax(&state->pass_num_tokens, rows);
   __syncthreads();
 
-  int* histogram = shared + (threadIdx.x / 32) * num_bins;
+  int* histogram = histograms + (threadIdx.x / 32) * num_bins;
   unsigned dropped = 0;
   if constexpr (kVectorLoads) {
-    const auto* vectors = static_cast<const Vector*>(ids.data);
-    const long long num_vectors = batch_ids / kPerVector;
     for (long long base = first;; base += kVectorsPerThread * stride) {
+      // Issue the next round's loads before tallying this round's.
+      const long long next = base + kVectorsPerThread * stride;
+      Vector upcoming[kVectorsPerThread];
+#pragma unroll
+      for (int k = 0; k < kVectorsPerThread; ++k) {
+        const long long v = next + k * stride;
+        upcoming[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
+      }
 #pragma unroll
       for (int k = 0; k < kVectorsPerThread; ++k) {
         const long long v = base + k * stride;
@@ -133,45 +131,30 @@ __global__ void __cluster_dims__(kClusterSize, 1, 1) __launch_bounds__(kClusterT
           tally(lanes[lane], v * kPerVector + lane < num_ids, num_bins, histogram, dropped);
         }
       }
-      const long long next = base + kVectorsPerThread * stride;
       if (next >= num_vectors) break;
 #pragma unroll
-      for (int k = 0; k < kVectorsPerThread; ++k) {
-        const long long v = next + k * stride;
-        loaded[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
-      }
+      for (int k = 0; k < kVectorsPerThread; ++k) loaded[k] = upcoming[k];
     }
     // A batch that is not a whole number of vectors leaves a tail of single ids.
     const long long tail = num_vectors * kPerVector + first;
-    if (tail < num_ids)
+    if (tail < num_ids) {
       tally(static_cast<const Id*>(ids.data)[tail], true, num_bins, histogram, dropped);
+    }
   } else {
     for (long long i = first; i < num_ids; i += stride) {
       tally(load_id<Id>(ids, i), true, num_bins, histogram, dropped);
     }
   }
-  detail::add_warp_tally(&buffers.slot_dropped[slot], dropped);
+  detail::add_warp_tally(&state->pass_dropped, dropped);
   __syncthreads();
 
+  int* counts = detail::pass_layer_counts(buffers, blockIdx.x % kPassCopies, layer);
   for (long long bin = threadIdx.x; bin < num_bins; bin += blockDim.x) {
     int sum = 0;
 #pragma unroll
-    for (int warp = 0; warp < kClusterWarps; ++warp) sum += shared[warp * num_bins + bin];
-    sums[bin] = sum;
-  }
-  cluster.sync();
-  // Block r of the cluster merges bins [r * share, (r + 1) * share) of all blocks' sums.
-  const long long share = (num_bins + kClusterSize - 1) / kClusterSize;
-  const long long begin = cluster.block_rank() * share;
-  const long long end = begin + share < num_bins ? begin + share : num_bins;
-  int* counts = detail::layer_counts(buffers, slot, layer);
-  for (long long bin = begin + threadIdx.x; bin < end; bin += blockDim.x) {
-    int sum = 0;
-#pragma unroll
-    for (int rank = 0; rank < kClusterSize; ++rank) sum += cluster.map_shared_rank(sums, rank)[bin];
+    for (int warp = 0; warp < kBlockWarps; ++warp) sum += histograms[warp * num_bins + bin];
     if (sum != 0) atomicAdd(&counts[bin], sum);
   }
-  cluster.sync();  // no block may exit while others still read its shared memory
 }
 
 bool is_aligned(const void* pointer, std::size_t alignment) {
@@ -183,31 +166,32 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
                   const ValidCount& valid, TopkAlgorithm algorithm, cudaStream_t stream) {
   const std::int64_t batch_ids = ids.num_rows * ids.num_columns;
   if (algorithm == TopkAlgorithm::kAuto) {
-    algorithm = batch_ids <= kDirectMaxIds ? TopkAlgorithm::kDirectAtomics
-                                           : TopkAlgorithm::kClusterHistogram;
+    algorithm =
+        batch_ids <= kDirectMaxIds ? TopkAlgorithm::kDirectAtomics : TopkAlgorithm::kBlockHistogram;
   }
   if (algorithm == TopkAlgorithm::kDirectAtomics) {
-    const auto blocks =
-        unsigned(std::max<std::int64_t>(1, (batch_ids + kDirectThreads - 1) / kDirectThreads));
-    direct_atomics_kernel<Id><<<blocks, kDirectThreads, 0, stream>>>(buffers, layer, ids, valid);
+    // Whole warps only, and no more of them than the batch needs.
+    const auto threads =
+        unsigned(std::clamp<std::int64_t>((batch_ids + 31) / 32 * 32, 32, kDirectThreads));
+    const auto blocks = unsigned(std::max<std::int64_t>(1, (batch_ids + threads - 1) / threads));
+    direct_atomics_kernel<Id><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
     MOESTAT_CUDA_CHECK(cudaGetLastError());
     return;
   }
   const bool vector_loads =
       ids.column_stride == 1 && ids.row_stride == ids.num_columns && is_aligned(ids.data, 16);
   const std::int64_t per_vector = 16 / std::int64_t(sizeof(Id));
-  const std::int64_t ids_per_block = std::int64_t(kClusterThreads) * kVectorsPerThread * per_vector;
-  std::int64_t blocks = (batch_ids + ids_per_block - 1) / ids_per_block;
-  blocks = std::clamp<std::int64_t>((blocks + kClusterSize - 1) / kClusterSize * kClusterSize,
-                                    kClusterSize, kMaxClusterBlocks);
+  const std::int64_t ids_per_block = std::int64_t(kBlockThreads) * kVectorsPerThread * per_vector;
+  const auto blocks = unsigned(
+      std::clamp<std::int64_t>((batch_ids + ids_per_block - 1) / ids_per_block, 1, kMaxBlocks));
   const std::size_t shared_bytes =
-      std::size_t(kClusterWarps + 1) * std::size_t(buffers.num_physical_experts) * sizeof(int);
+      std::size_t(kBlockWarps) * std::size_t(buffers.num_physical_experts) * sizeof(int);
   if (vector_loads) {
-    cluster_histogram_kernel<Id, true>
-        <<<unsigned(blocks), kClusterThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
+    block_histogram_kernel<Id, true>
+        <<<blocks, kBlockThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
   } else {
-    cluster_histogram_kernel<Id, false>
-        <<<unsigned(blocks), kClusterThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
+    block_histogram_kernel<Id, false>
+        <<<blocks, kBlockThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
   }
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
