@@ -27,5 +27,14 @@ def main(moestat_path, baseline_path):
               f"| {row['eager_host_us']:.2f} / {base['masked_scatter']['eager_host_us']:.1f} |")
 
 
+    trace = ours.get("trace")
+    if trace:
+        print(f"\nPer-token drain: {trace['passes']} passes of {trace['tokens_per_pass']} tokens x "
+              f"{ours['layers']} layers: recording stream {trace['stream_ms_per_pass']:.3f} ms/pass, "
+              f"drained to a file in {trace['directory']} at {trace['drain_gb_per_s']:.2f} GB/s "
+              f"(tokens that reached the file), {trace['dropped_tokens']} of "
+              f"{trace['passes'] * trace['tokens_per_pass']} tokens dropped while the writer was behind")
+
+
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])

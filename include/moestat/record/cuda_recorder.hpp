@@ -6,12 +6,24 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <moestat/recorder.hpp>
 #include <mutex>
+#include <vector>
 
 namespace moestat::record {
+
+/// Options only the CUDA backend has.
+struct CudaOptions {
+  /// per_token mode: the trace file passes drain into (docs/formats.md). Required there.
+  std::filesystem::path trace_path;
+  /// per_token mode: tokens one pass can stage on the device; more are dropped and counted.
+  std::int64_t max_tokens_per_pass = 8192;
+  /// per_token mode: passes the host ring can hold before the writer thread catches up.
+  std::int64_t max_pending_passes = 4096;
+};
 
 /// Records on the GPU. All memory is allocated at construction; hooks only enqueue kernels
 /// on the engine's stream (no host synchronisation, allocation or host branching on device
@@ -27,7 +39,13 @@ namespace moestat::record {
 /// - snapshot() copies on a private stream under a sequence lock and returns only whole,
 ///   ended passes.
 ///
-/// Supported modes: stat (bounded window), decayed. per_pass, per_token, stat_approx and an
+/// - per_token mode: each layer's ids are staged on the device; at end_pass a side stream
+///   (forked and joined with events) copies the pass into a pinned host ring of
+///   `options.per_token_capacity` tokens, and a writer thread appends it to
+///   `cuda_options.trace_path`. When the writer falls behind, whole tokens are dropped and
+///   counted (snapshot().dropped_tokens); the recording stream never waits for the host.
+///
+/// Supported modes: stat (bounded window), decayed, per_token. per_pass, stat_approx and an
 /// unbounded window are rejected at construction with a moestat::Error (not built yet).
 /// Hooks must come from one stream at a time (set_stream); tensors must live on the
 /// recorder's device.
@@ -46,7 +64,8 @@ namespace moestat::record {
 class CudaRecorder final : public Recorder {
  public:
   /// Allocates every buffer on `device` (the current device when -1).
-  CudaRecorder(ModelTopology topology, RecorderOptions options = {}, int device = -1);
+  CudaRecorder(ModelTopology topology, RecorderOptions options = {}, int device = -1,
+               CudaOptions cuda_options = {});
   ~CudaRecorder() override;
 
   /// The stream hooks enqueue their kernels on (the legacy default stream until set).
@@ -54,6 +73,10 @@ class CudaRecorder final : public Recorder {
   void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
   cudaStream_t stream() const noexcept { return stream_; }
   int device() const noexcept { return device_; }
+
+  /// per_token mode: blocks until every pass the device has ended is in the trace file.
+  /// Call it once the engine's stream has run those passes (e.g. after synchronising it).
+  void drain_trace();
 
   void start() override;
   void stop() override;
@@ -83,6 +106,10 @@ class CudaRecorder final : public Recorder {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  CudaOptions cuda_options_;
+  // Forward-thread state of per_token mode.
+  std::vector<std::uint8_t> layer_traced_;  ///< [L] a layer was staged this pass
+  std::int64_t pass_max_rows_ = 0;          ///< largest captured batch of this pass's hooks
   std::unique_ptr<Resources> resources_;
 
   mutable std::mutex mutex_;  // serialises control calls

@@ -7,6 +7,7 @@
 #include "cuda_check.hpp"
 #include "device_state.cuh"
 #include "record_kernels.cuh"
+#include "trace_drain.hpp"
 
 namespace moestat::record {
 
@@ -59,6 +60,12 @@ struct CudaRecorder::Resources {
   std::vector<void*> allocations;
   cudaStream_t control_stream = nullptr;  // snapshots and placement uploads
   int32_t* placement_maps = nullptr;
+  // Per-token mode: the side stream that copies passes to the host, its fork/join events,
+  // and the host ring with its writer thread.
+  cudaStream_t trace_stream = nullptr;
+  cudaEvent_t trace_fork = nullptr;
+  cudaEvent_t trace_join = nullptr;
+  std::unique_ptr<cuda::TraceDrain> drain;
 
   /// Writes one field of the device control block and waits for it to land, so the
   /// next pass to begin on the device sees it.
@@ -78,17 +85,32 @@ struct CudaRecorder::Resources {
   }
 
   ~Resources() {
+    if (trace_stream != nullptr) cudaStreamSynchronize(trace_stream);
+    drain.reset();  // writes what the last copies published
     for (void* pointer : allocations) cudaFree(pointer);
     if (control_stream != nullptr) cudaStreamDestroy(control_stream);
+    if (trace_stream != nullptr) cudaStreamDestroy(trace_stream);
+    if (trace_fork != nullptr) cudaEventDestroy(trace_fork);
+    if (trace_join != nullptr) cudaEventDestroy(trace_join);
   }
 };
 
-CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int device)
-    : Recorder(std::move(topology), options), resources_(std::make_unique<Resources>()) {
+CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int device,
+                           CudaOptions cuda_options)
+    : Recorder(std::move(topology), options),
+      cuda_options_(std::move(cuda_options)),
+      resources_(std::make_unique<Resources>()) {
   const RecordMode mode = this->options().mode;
-  MOESTAT_CHECK(mode == RecordMode::kStat || mode == RecordMode::kDecayed,
-                "the CUDA recorder does not support {} mode yet; use stat or decayed",
-                record_mode_name(mode));
+  MOESTAT_CHECK(
+      mode == RecordMode::kStat || mode == RecordMode::kDecayed || mode == RecordMode::kPerToken,
+      "the CUDA recorder does not support {} mode yet; use stat, decayed or per_token",
+      record_mode_name(mode));
+  MOESTAT_CHECK(mode != RecordMode::kPerToken || !cuda_options_.trace_path.empty(),
+                "per_token mode on the CUDA recorder needs CudaOptions::trace_path");
+  MOESTAT_CHECK(
+      cuda_options_.max_tokens_per_pass > 0 && cuda_options_.max_pending_passes > 0,
+      "CudaOptions: max_tokens_per_pass ({}) and max_pending_passes ({}) must be positive",
+      cuda_options_.max_tokens_per_pass, cuda_options_.max_pending_passes);
   MOESTAT_CHECK(mode != RecordMode::kStat || this->options().window_size > 0,
                 "the CUDA recorder needs a bounded window (window_size > 0), got {}",
                 this->options().window_size);
@@ -126,6 +148,23 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   b.num_layers = num_layers;
   b.num_physical_experts = num_physical;
   b.num_logical_experts = num_logical;
+  if (mode == RecordMode::kPerToken) {
+    cuda::TraceBuffers& trace = b.trace;
+    trace.top_k = model.top_k;
+    trace.max_tokens = cuda_options_.max_tokens_per_pass;
+    trace.staging = r.allocate<std::int32_t>(trace.max_tokens * num_layers * model.top_k);
+    trace.layer_rows = r.allocate<std::int32_t>(num_layers);
+    trace.copy_ticket = r.allocate<unsigned int>(1);
+    r.drain = std::make_unique<cuda::TraceDrain>(
+        cuda_options_.trace_path,
+        io::TraceHeader{num_layers, num_logical, num_physical, model.top_k},
+        this->options().per_token_capacity, cuda_options_.max_pending_passes);
+    r.drain->describe(trace);
+    MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.trace_stream, cudaStreamNonBlocking));
+    MOESTAT_CUDA_CHECK(cudaEventCreateWithFlags(&r.trace_fork, cudaEventDisableTiming));
+    MOESTAT_CUDA_CHECK(cudaEventCreateWithFlags(&r.trace_join, cudaEventDisableTiming));
+    layer_traced_.assign(std::size_t(num_layers), 0);
+  }
 
   const Placement trivial = Placement::trivial(num_layers, num_physical, num_logical, 0);
   MOESTAT_CUDA_CHECK(cudaMemcpy(r.placement_maps, trivial.physical_to_logical().data(),
@@ -143,6 +182,8 @@ void CudaRecorder::require_on_device(const TensorView& view, const char* what) c
 }
 
 void CudaRecorder::do_begin_pass(std::int64_t pass_id) {
+  std::fill(layer_traced_.begin(), layer_traced_.end(), 0);
+  pass_max_rows_ = 0;
   cuda::launch_begin_pass(resources_->buffers, pass_id, stream_);
 }
 
@@ -154,6 +195,16 @@ void CudaRecorder::launch_topk(std::int64_t layer, const TensorView& topk_ids,
                            topk_ids.size(0),   topk_ids.size(1),
                            topk_ids.stride(0), topk_ids.stride(1)};
   const cuda::ValidCount valid{device_count, count_int64, host_count};
+  if (options().mode == RecordMode::kPerToken) {
+    MOESTAT_CHECK(!layer_traced_[std::size_t(layer)],
+                  "per_token mode on the CUDA recorder takes one record_topk per layer and pass; "
+                  "layer {} was already recorded in this pass",
+                  layer);
+    layer_traced_[std::size_t(layer)] = 1;
+    pass_max_rows_ = std::max(pass_max_rows_, topk_ids.size(0));
+    cuda::launch_trace_layer(resources_->buffers, layer, ids, valid, stream_);
+    return;
+  }
   cuda::launch_record_topk(resources_->buffers, layer, ids, valid, stream_);
 }
 
@@ -190,8 +241,32 @@ void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& 
 }
 
 void CudaRecorder::do_end_pass() {
-  const double decay = options().mode == RecordMode::kDecayed ? options().decay : -1.0;
-  cuda::launch_end_pass(resources_->buffers, decay, stream_);
+  const RecordMode mode = options().mode;
+  const double decay = mode == RecordMode::kDecayed ? options().decay : -1.0;
+  Resources& r = *resources_;
+  if (mode != RecordMode::kPerToken) {
+    cuda::launch_end_pass(r.buffers, decay, true, stream_);
+    return;
+  }
+  cuda::launch_trace_close(r.buffers, stream_);
+  // Fork: the copy to the pinned ring runs on the side stream while the pass is published;
+  // join before returning, so a capture that ends after end_pass holds both streams' work
+  // and the next pass cannot stage ids over tokens still being copied.
+  MOESTAT_CUDA_CHECK(cudaEventRecord(r.trace_fork, stream_));
+  MOESTAT_CUDA_CHECK(cudaStreamWaitEvent(r.trace_stream, r.trace_fork, 0));
+  cuda::launch_trace_copy(r.buffers, pass_max_rows_, r.trace_stream);
+  MOESTAT_CUDA_CHECK(cudaEventRecord(r.trace_join, r.trace_stream));
+  cuda::launch_end_pass(r.buffers, decay, false, stream_);
+  MOESTAT_CUDA_CHECK(cudaStreamWaitEvent(stream_, r.trace_join, 0));
+}
+
+void CudaRecorder::drain_trace() {
+  MOESTAT_CHECK(options().mode == RecordMode::kPerToken,
+                "drain_trace: the recorder is in {} mode, not per_token",
+                record_mode_name(options().mode));
+  DeviceGuard guard(device_);
+  MOESTAT_CUDA_CHECK(cudaStreamSynchronize(resources_->trace_stream));
+  resources_->drain->wait_written();
 }
 
 void CudaRecorder::start() {
@@ -321,6 +396,11 @@ Snapshot CudaRecorder::snapshot() const {
 
     out.num_passes = before.cursor - before.base;
     out.dropped_ids = std::int64_t(before.dropped_ids);
+    out.dropped_tokens = std::int64_t(before.dropped_tokens);
+    if (out.mode == RecordMode::kPerToken) {
+      if (after.seq != before.seq) continue;
+      return out;  // the tokens themselves are in the trace file
+    }
     if (out.mode == RecordMode::kDecayed) {
       // Whole only if no fold kernel ran during the copy (each pass folds num_layers blocks).
       const bool quiet = before.fold_blocks == std::uint64_t(model.num_layers * before.cursor) &&

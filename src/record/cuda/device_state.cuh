@@ -40,8 +40,43 @@ struct DeviceState {
   unsigned long long fold_blocks;
   long long pass_num_tokens;        ///< Open pass: most valid tokens of any topk hook.
   unsigned long long pass_dropped;  ///< Open pass: ids dropped so far.
+  // Per-token mode.
+  unsigned long long dropped_tokens;  ///< Tokens that did not fit, since the last reset.
+  long long trace_head;               ///< Tokens ever placed in the host ring.
+  long long trace_descriptors;        ///< Descriptors ever written.
+  long long trace_pending_first;      ///< Ring position of the ending pass's first token.
+  long long trace_pending_count;      ///< Tokens of the ending pass to copy.
   std::int32_t recording;           ///< Latched for the open pass: hooks read this.
   std::int32_t placement_buffer;    ///< Latched for the open pass.
+};
+
+/// A drained pass as the writer thread finds it in the host descriptor ring.
+struct TraceDescriptor {
+  long long pass_id;
+  unsigned long long placement_version;
+  long long first_token;  ///< Position in the host ring (modulo its capacity).
+  long long num_tokens;
+};
+
+/// Cursors shared with the writer thread, in pinned host memory mapped into the device.
+struct TraceCursors {
+  long long published_descriptors;  ///< Written by the device once a pass's copy landed.
+  long long consumed_descriptors;   ///< Written by the writer thread.
+  long long consumed_tokens;        ///< Written by the writer thread: ring space it freed.
+};
+
+/// Per-token mode: a device staging area for the open pass and a pinned host ring.
+struct TraceBuffers {
+  std::int32_t* staging;      ///< [max_tokens, L, top_k] device
+  std::int32_t* layer_rows;   ///< [L] device: rows each layer staged this pass, 0 = none
+  unsigned int* copy_ticket;  ///< device: blocks of the copy kernel done
+  long long max_tokens;
+  std::int32_t* host_ring;  ///< [capacity, L, top_k] pinned, mapped
+  long long capacity;
+  TraceDescriptor* host_descriptors;  ///< [descriptor_capacity] pinned, mapped
+  long long descriptor_capacity;
+  TraceCursors* cursors;  ///< pinned, mapped
+  long long top_k;
 };
 
 /// Device buffers, all allocated when the recorder is created.
@@ -56,6 +91,7 @@ struct DeviceBuffers {
   double* decayed_physical;            ///< [L, P] decayed mode only, else null.
   double* decayed_logical;             ///< [L, E] decayed mode only, else null.
   const std::int32_t* placement_maps;  ///< [2, L, P] physical -> logical, double-buffered.
+  TraceBuffers trace;                  ///< Per-token mode only; zero otherwise.
   std::int64_t num_slots;
   std::int64_t num_layers;
   std::int64_t num_physical_experts;

@@ -52,6 +52,7 @@ __global__ void begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
     if (reset) {
       state->base = state->cursor;
       state->dropped_ids = 0;
+      state->dropped_tokens = 0;
       state->applied_epoch = epoch;
       __threadfence();
       state->seq += 1;
@@ -169,11 +170,13 @@ void launch_record_local_counts(const DeviceBuffers& buffers, std::int64_t layer
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_end_pass(const DeviceBuffers& buffers, double decay, cudaStream_t stream) {
-  const std::size_t shared_bytes = std::size_t(buffers.num_physical_experts) * sizeof(int);
-  fold_pass_kernel<<<unsigned(buffers.num_layers), kFoldThreads, shared_bytes, stream>>>(buffers,
-                                                                                         decay);
-  MOESTAT_CUDA_CHECK(cudaGetLastError());
+void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cudaStream_t stream) {
+  if (fold) {
+    const std::size_t shared_bytes = std::size_t(buffers.num_physical_experts) * sizeof(int);
+    fold_pass_kernel<<<unsigned(buffers.num_layers), kFoldThreads, shared_bytes, stream>>>(buffers,
+                                                                                           decay);
+    MOESTAT_CUDA_CHECK(cudaGetLastError());
+  }
   advance_pass_kernel<<<1, 1, 0, stream>>>(buffers);
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }

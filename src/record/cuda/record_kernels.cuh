@@ -50,9 +50,24 @@ void launch_record_local_counts(const DeviceBuffers& buffers, std::int64_t layer
                                 std::int64_t num_local_experts, std::int64_t first_physical_expert,
                                 cudaStream_t stream);
 
-/// Closes a recorded pass: writes its metadata, folds it into the decayed load when
-/// `decay` >= 0, advances the cursor and clears the next slot. One block.
-void launch_end_pass(const DeviceBuffers& buffers, double decay, cudaStream_t stream);
+/// Per-token mode: stages the valid rows of `ids` (at most max_tokens) as layer `layer` of
+/// the open pass; out-of-range ids become -1 and are tallied as dropped.
+void launch_trace_layer(const DeviceBuffers& buffers, std::int64_t layer, const IdMatrix& ids,
+                        const ValidCount& valid, cudaStream_t stream);
+
+/// Per-token mode, on the recording stream before launch_end_pass: reserves room in the
+/// host ring for the pass's tokens (dropping and counting what does not fit) and writes
+/// its descriptor.
+void launch_trace_close(const DeviceBuffers& buffers, cudaStream_t stream);
+
+/// Per-token mode, on a side stream after launch_trace_close: copies the reserved tokens
+/// into the pinned host ring and publishes the descriptor to the writer thread.
+/// `max_rows` bounds the tokens of the pass (the largest captured batch of its hooks).
+void launch_trace_copy(const DeviceBuffers& buffers, std::int64_t max_rows, cudaStream_t stream);
+
+/// Closes a recorded pass: when `fold`, sums the pass copies into the window slot (and the
+/// decayed load when `decay` >= 0); then writes the slot's metadata and advances the cursor.
+void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cudaStream_t stream);
 
 /// An empty kernel, for benchmarks to set the cost of a graph node against.
 void launch_empty(cudaStream_t stream);

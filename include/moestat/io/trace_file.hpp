@@ -1,0 +1,69 @@
+// Per-token trace files: a self-describing header, then one chunk per pass, appended and
+// flushed as passes drain, so the file is readable while it is written and a truncated
+// file reads up to its last complete chunk. Layout in docs/formats.md.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+namespace moestat::io {
+
+/// What a trace file describes: every chunk holds [tokens, num_layers, top_k] int32 ids.
+struct TraceHeader {
+  std::int64_t num_layers = 0;
+  std::int64_t num_logical_experts = 0;
+  std::int64_t num_physical_experts = 0;
+  std::int64_t top_k = 0;
+};
+
+/// One pass's tokens.
+struct TraceChunk {
+  std::int64_t pass_id = 0;
+  std::uint64_t placement_version = 0;
+  /// [num_tokens, L, top_k] physical ids, -1 where a layer is dense, unrecorded, padding or
+  /// the id was out of range.
+  std::vector<std::int32_t> ids;
+};
+
+/// Appends chunks to a new trace file. Not thread-safe; one writer per file.
+class TraceWriter {
+ public:
+  /// Creates (truncates) `path` and writes the header; moestat::Error naming the path when
+  /// it cannot be written.
+  TraceWriter(const std::filesystem::path& path, const TraceHeader& header);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  /// Appends one chunk: `ids` holds num_tokens * L * top_k entries. Flushed before return.
+  void append(std::int64_t pass_id, std::uint64_t placement_version,
+              std::span<const std::int32_t> ids);
+  /// Like append, but the ids arrive as two pieces (the wrap-around of a ring buffer).
+  void append(std::int64_t pass_id, std::uint64_t placement_version,
+              std::span<const std::int32_t> first, std::span<const std::int32_t> second);
+
+  const TraceHeader& header() const noexcept { return header_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  TraceHeader header_;
+};
+
+/// A whole trace file read back.
+struct TraceFile {
+  TraceHeader header;
+  std::vector<TraceChunk> chunks;
+  bool truncated = false;  ///< The file ended inside a chunk; that chunk was left out.
+
+  std::int64_t num_tokens() const;
+};
+
+/// Reads a trace file; a bad header or an impossible chunk size is a moestat::Error naming
+/// the file and the offset. Sizes are checked against the file before any allocation.
+TraceFile read_trace_file(const std::filesystem::path& path);
+
+}  // namespace moestat::io

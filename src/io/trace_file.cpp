@@ -1,0 +1,164 @@
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <moestat/error.hpp>
+#include <moestat/io/trace_file.hpp>
+
+namespace moestat::io {
+namespace {
+
+// NOTE: all integers little-endian; moestat only targets little-endian hosts (x86-64,
+// aarch64), and checks the byte order mark below so a foreign file is refused, not misread.
+constexpr std::array<char, 8> kMagic = {'M', 'O', 'E', 'T', 'R', 'A', 'C', 'E'};
+constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kByteOrderMark = 0x01020304;
+constexpr std::array<char, 4> kChunkMagic = {'P', 'A', 'S', 'S'};
+// magic, version, byte order, then 4 int64 topology fields
+constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 4 * 8;
+// chunk magic, pass id, placement version, token count
+constexpr std::size_t kChunkHeaderBytes = 4 + 8 + 8 + 8;
+
+template <typename T>
+void put(std::vector<char>& out, T value) {
+  const auto* bytes = reinterpret_cast<const char*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof value);
+}
+
+template <typename T>
+T take(const std::vector<char>& in, std::size_t& offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof value);
+  offset += sizeof value;
+  return value;
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& header)
+    : path_(path), header_(header) {
+  MOESTAT_CHECK(header.num_layers > 0 && header.top_k > 0 && header.num_physical_experts > 0 &&
+                    header.num_logical_experts > 0,
+                "trace {}: header needs positive sizes", path.string());
+  file_ = std::fopen(path.c_str(), "wb");
+  MOESTAT_CHECK(file_ != nullptr, "cannot create trace file {}: {}", path.string(),
+                std::strerror(errno));
+  std::vector<char> bytes(kMagic.begin(), kMagic.end());
+  put(bytes, kFormatVersion);
+  put(bytes, kByteOrderMark);
+  put(bytes, header.num_layers);
+  put(bytes, header.num_logical_experts);
+  put(bytes, header.num_physical_experts);
+  put(bytes, header.top_k);
+  const bool written =
+      std::fwrite(bytes.data(), 1, bytes.size(), file_) == bytes.size() && std::fflush(file_) == 0;
+  if (!written) {
+    std::fclose(file_);
+    file_ = nullptr;
+    MOESTAT_FAIL("cannot write trace file {}", path.string());
+  }
+}
+
+TraceWriter::~TraceWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void TraceWriter::append(std::int64_t pass_id, std::uint64_t placement_version,
+                         std::span<const std::int32_t> ids) {
+  append(pass_id, placement_version, ids, {});
+}
+
+void TraceWriter::append(std::int64_t pass_id, std::uint64_t placement_version,
+                         std::span<const std::int32_t> first,
+                         std::span<const std::int32_t> second) {
+  const auto token_size = std::size_t(header_.num_layers * header_.top_k);
+  const std::size_t entries = first.size() + second.size();
+  MOESTAT_CHECK(entries % token_size == 0,
+                "trace {}: {} ids are not a whole number of tokens of {} layers x top-{}",
+                path_.string(), entries, header_.num_layers, header_.top_k);
+  std::vector<char> head(kChunkMagic.begin(), kChunkMagic.end());
+  put(head, pass_id);
+  put(head, placement_version);
+  put(head, std::int64_t(entries / token_size));
+  const bool written =
+      std::fwrite(head.data(), 1, head.size(), file_) == head.size() &&
+      std::fwrite(first.data(), sizeof(std::int32_t), first.size(), file_) == first.size() &&
+      std::fwrite(second.data(), sizeof(std::int32_t), second.size(), file_) == second.size() &&
+      std::fflush(file_) == 0;
+  MOESTAT_CHECK(written, "cannot append to trace file {}: {}", path_.string(),
+                std::strerror(errno));
+}
+
+std::int64_t TraceFile::num_tokens() const {
+  const std::int64_t token_size = header.num_layers * header.top_k;
+  std::int64_t tokens = 0;
+  for (const TraceChunk& chunk : chunks) tokens += std::int64_t(chunk.ids.size()) / token_size;
+  return tokens;
+}
+
+TraceFile read_trace_file(const std::filesystem::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  MOESTAT_CHECK(stream.good(), "cannot open trace file {}", path.string());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(stream)),
+                                std::istreambuf_iterator<char>());
+  MOESTAT_CHECK(
+      bytes.size() >= kHeaderBytes && std::equal(kMagic.begin(), kMagic.end(), bytes.begin()),
+      "{} is not a moestat trace file (bad magic or shorter than its header)", path.string());
+  TraceFile out;
+  std::size_t offset = kMagic.size();
+  const auto version = take<std::uint32_t>(bytes, offset);
+  MOESTAT_CHECK(version == kFormatVersion, "trace {}: format version {} is not supported (want {})",
+                path.string(), version, kFormatVersion);
+  MOESTAT_CHECK(take<std::uint32_t>(bytes, offset) == kByteOrderMark,
+                "trace {}: written with another byte order", path.string());
+  out.header.num_layers = take<std::int64_t>(bytes, offset);
+  out.header.num_logical_experts = take<std::int64_t>(bytes, offset);
+  out.header.num_physical_experts = take<std::int64_t>(bytes, offset);
+  out.header.top_k = take<std::int64_t>(bytes, offset);
+  const TraceHeader& header = out.header;
+  constexpr std::int64_t kLimit = std::int64_t(1) << 31;
+  MOESTAT_CHECK(header.num_layers > 0 && header.num_layers < kLimit && header.top_k > 0 &&
+                    header.top_k < kLimit && header.num_physical_experts > 0 &&
+                    header.num_physical_experts < kLimit && header.num_logical_experts > 0 &&
+                    header.num_logical_experts <= header.num_physical_experts,
+                "trace {}: implausible header (L={}, top_k={}, P={}, E={})", path.string(),
+                header.num_layers, header.top_k, header.num_physical_experts,
+                header.num_logical_experts);
+  const auto token_bytes = std::uint64_t(header.num_layers * header.top_k) * sizeof(std::int32_t);
+
+  while (offset < bytes.size()) {
+    if (bytes.size() - offset < kChunkHeaderBytes) {
+      out.truncated = true;
+      break;
+    }
+    MOESTAT_CHECK(
+        std::equal(kChunkMagic.begin(), kChunkMagic.end(), bytes.begin() + std::ptrdiff_t(offset)),
+        "trace {}: no chunk marker at byte {}", path.string(), offset);
+    offset += kChunkMagic.size();
+    TraceChunk chunk;
+    chunk.pass_id = take<std::int64_t>(bytes, offset);
+    chunk.placement_version = take<std::uint64_t>(bytes, offset);
+    const auto num_tokens = take<std::int64_t>(bytes, offset);
+    MOESTAT_CHECK(num_tokens >= 0, "trace {}: negative token count {} at byte {}", path.string(),
+                  num_tokens, offset - 8);
+    const std::uint64_t remaining = bytes.size() - offset;
+    if (std::uint64_t(num_tokens) > remaining / token_bytes) {
+      out.truncated = true;  // the writer died inside this chunk
+      break;
+    }
+    const std::size_t payload = std::size_t(std::uint64_t(num_tokens) * token_bytes);
+    chunk.ids.resize(payload / sizeof(std::int32_t));
+    std::memcpy(chunk.ids.data(), bytes.data() + offset, payload);
+    offset += payload;
+    for (std::int32_t id : chunk.ids) {
+      MOESTAT_CHECK(id >= -1 && id < header.num_physical_experts,
+                    "trace {}: id {} outside [-1, {}) in pass {}", path.string(), id,
+                    header.num_physical_experts, chunk.pass_id);
+    }
+    out.chunks.push_back(std::move(chunk));
+  }
+  return out;
+}
+
+}  // namespace moestat::io

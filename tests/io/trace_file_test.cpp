@@ -1,0 +1,120 @@
+// Per-token trace files: round trips, reading while written, truncation, and refusal of
+// files that are not traces or hold impossible values.
+#include <fstream>
+#include <moestat/io/trace_file.hpp>
+#include <random>
+
+#include "io/test_support.hpp"
+
+namespace moestat::test {
+namespace {
+
+constexpr io::TraceHeader kHeader{
+    .num_layers = 3, .num_logical_experts = 6, .num_physical_experts = 8, .top_k = 2};
+constexpr std::int64_t kTokenSize = 3 * 2;
+
+std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::int64_t tokens) {
+  std::uniform_int_distribution<std::int32_t> id(-1, 7);
+  std::vector<std::int32_t> ids(std::size_t(tokens * kTokenSize));
+  for (auto& value : ids) value = id(rng);
+  return ids;
+}
+
+TEST(TraceFile, RoundTripsEveryChunkExactly) {
+  ScratchDir dir;
+  const auto path = dir.path() / "trace.bin";
+  std::mt19937 rng(1);
+  std::vector<std::vector<std::int32_t>> written;
+  {
+    io::TraceWriter writer(path, kHeader);
+    for (std::int64_t tokens : {5, 0, 1, 17}) {
+      written.push_back(random_tokens(rng, tokens));
+      writer.append(100 + tokens, std::uint64_t(tokens), written.back());
+    }
+  }
+  const io::TraceFile file = io::read_trace_file(path);
+  EXPECT_FALSE(file.truncated);
+  EXPECT_EQ(file.header.num_layers, 3);
+  EXPECT_EQ(file.header.top_k, 2);
+  ASSERT_EQ(file.chunks.size(), written.size());
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    EXPECT_EQ(file.chunks[i].ids, written[i]);
+    EXPECT_EQ(file.chunks[i].pass_id, 100 + std::int64_t(written[i].size()) / kTokenSize);
+  }
+  EXPECT_EQ(file.num_tokens(), 5 + 0 + 1 + 17);
+}
+
+TEST(TraceFile, SplitAppendEqualsOneSpan) {
+  ScratchDir dir;
+  std::mt19937 rng(2);
+  const auto ids = random_tokens(rng, 9);
+  {
+    io::TraceWriter writer(dir.path() / "split.bin", kHeader);
+    const std::span<const std::int32_t> all(ids);
+    writer.append(1, 0, all.first(4 * kTokenSize), all.subspan(4 * kTokenSize));
+  }
+  EXPECT_EQ(io::read_trace_file(dir.path() / "split.bin").chunks.at(0).ids, ids);
+}
+
+TEST(TraceFile, IsReadableWhileWritten) {
+  ScratchDir dir;
+  const auto path = dir.path() / "live.bin";
+  std::mt19937 rng(3);
+  io::TraceWriter writer(path, kHeader);
+  writer.append(0, 0, random_tokens(rng, 4));
+  EXPECT_EQ(io::read_trace_file(path).num_tokens(), 4);  // flushed per chunk
+  writer.append(1, 0, random_tokens(rng, 2));
+  EXPECT_EQ(io::read_trace_file(path).num_tokens(), 6);
+}
+
+TEST(TraceFile, TruncatedFileReadsUpToItsLastCompleteChunk) {
+  ScratchDir dir;
+  const auto path = dir.path() / "cut.bin";
+  std::mt19937 rng(4);
+  {
+    io::TraceWriter writer(path, kHeader);
+    writer.append(0, 0, random_tokens(rng, 3));
+    writer.append(1, 0, random_tokens(rng, 3));
+  }
+  const auto size = std::filesystem::file_size(path);
+  for (std::uintmax_t cut : {size - 1, size - 3 * kTokenSize * 4, size - 3 * kTokenSize * 4 - 5}) {
+    std::filesystem::resize_file(path, cut);
+    const io::TraceFile file = io::read_trace_file(path);
+    EXPECT_TRUE(file.truncated) << cut;
+    EXPECT_EQ(file.chunks.size(), 1u) << cut;
+  }
+}
+
+TEST(TraceFile, RefusesWhatIsNotATrace) {
+  ScratchDir dir;
+  const auto path = dir.path() / "bad.bin";
+  std::ofstream(path) << "{\"logical_count\": [[1]]}";
+  expect_error([&] { io::read_trace_file(path); }, {"not a moestat trace", "bad.bin"});
+  expect_error([&] { io::read_trace_file(dir.path() / "missing.bin"); }, {"missing.bin"});
+}
+
+TEST(TraceFile, RefusesIdsOutsideThePhysicalExperts) {
+  ScratchDir dir;
+  const auto path = dir.path() / "ids.bin";
+  {
+    io::TraceWriter writer(path, kHeader);
+    std::vector<std::int32_t> ids(kTokenSize, 0);
+    ids[3] = 8;  // P = 8
+    writer.append(7, 0, ids);
+  }
+  expect_error([&] { io::read_trace_file(path); }, {"id 8", "pass 7"});
+}
+
+TEST(TraceFile, RefusesImplausibleHeadersAndPartialTokens) {
+  ScratchDir dir;
+  expect_error([&] { io::TraceWriter(dir.path() / "x.bin", io::TraceHeader{}); },
+               {"positive sizes"});
+  io::TraceWriter writer(dir.path() / "y.bin", kHeader);
+  const std::vector<std::int32_t> partial(kTokenSize + 1, 0);
+  expect_error([&] { writer.append(0, 0, partial); }, {"whole number of tokens"});
+  expect_error([&] { io::TraceWriter(dir.path() / "no-such-dir" / "z.bin", kHeader); },
+               {"cannot create trace file"});
+}
+
+}  // namespace
+}  // namespace moestat::test
