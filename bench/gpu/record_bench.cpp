@@ -187,7 +187,7 @@ void measure_trace_drain(const moestat::ModelTopology& topology, cudaStream_t st
       "\"drain_gb_per_s\": %.2f, \"dropped_tokens\": %ld, \"file_bytes\": %ld, \"directory\": "
       "\"%s\"}\n",
       kPasses, long(kTokens), stream_ms / kPasses, bytes / wall_s / 1e9, long(dropped),
-      long(file_bytes));
+      long(file_bytes), directory.c_str());
   for (void* buffer : buffers) cudaFree(buffer);
 }
 
