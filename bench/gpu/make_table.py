@@ -29,11 +29,14 @@ def main(moestat_path, baseline_path):
 
     trace = ours.get("trace")
     if trace:
+        extra_ms = trace["trace_stream_ms_per_pass"] - trace["stat_stream_ms_per_pass"]
         print(f"\nPer-token drain: {trace['passes']} passes of {trace['tokens_per_pass']} tokens x "
-              f"{ours['layers']} layers: recording stream {trace['stream_ms_per_pass']:.3f} ms/pass, "
-              f"drained to a file in {trace['directory']} at {trace['drain_gb_per_s']:.2f} GB/s "
-              f"(tokens that reached the file), {trace['dropped_tokens']} of "
-              f"{trace['passes'] * trace['tokens_per_pass']} tokens dropped while the writer was behind")
+              f"{ours['layers']} layers ({trace['pass_mbytes']:.1f} MB of ids per pass). Recording "
+              f"stream per pass: {trace['trace_stream_ms_per_pass']:.3f} ms per_token vs "
+              f"{trace['stat_stream_ms_per_pass']:.3f} ms stat, so staging and copying to the pinned "
+              f"ring cost {extra_ms:.3f} ms ({trace['pass_mbytes'] / 1e3 / (extra_ms / 1e3):.1f} GB/s); "
+              f"writer thread into {trace['directory']}: {trace['writer_gb_per_s']:.2f} GB/s; "
+              f"{trace['dropped_tokens']} tokens dropped")
 
 
 if __name__ == "__main__":

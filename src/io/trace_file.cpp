@@ -1,10 +1,18 @@
+// Per-token trace files (docs/formats.md). POSIX pwrite rather than streams: a chunk's
+// header is written after its ids, at its own offset.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/trace_file.hpp>
+#include <vector>
 
 namespace moestat::io {
 namespace {
@@ -41,9 +49,8 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   MOESTAT_CHECK(header.num_layers > 0 && header.top_k > 0 && header.num_physical_experts > 0 &&
                     header.num_logical_experts > 0,
                 "trace {}: header needs positive sizes", path.string());
-  file_ = std::fopen(path.c_str(), "wb");
-  MOESTAT_CHECK(file_ != nullptr, "cannot create trace file {}: {}", path.string(),
-                std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  MOESTAT_CHECK(fd_ >= 0, "cannot create trace file {}: {}", path.string(), std::strerror(errno));
   std::vector<char> bytes(kMagic.begin(), kMagic.end());
   put(bytes, kFormatVersion);
   put(bytes, kByteOrderMark);
@@ -51,17 +58,30 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   put(bytes, header.num_logical_experts);
   put(bytes, header.num_physical_experts);
   put(bytes, header.top_k);
-  const bool written =
-      std::fwrite(bytes.data(), 1, bytes.size(), file_) == bytes.size() && std::fflush(file_) == 0;
-  if (!written) {
-    std::fclose(file_);
-    file_ = nullptr;
-    MOESTAT_FAIL("cannot write trace file {}", path.string());
+  try {
+    write_at(bytes.data(), bytes.size(), 0);
+  } catch (...) {
+    ::close(fd_);
+    throw;
   }
+  end_ = bytes.size();
 }
 
 TraceWriter::~TraceWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TraceWriter::write_at(const void* data, std::size_t bytes, std::uint64_t offset) {
+  const auto* cursor = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::pwrite(fd_, cursor, bytes, off_t(offset));
+    if (written < 0 && errno == EINTR) continue;
+    MOESTAT_CHECK(written > 0, "cannot write trace file {}: {}", path_.string(),
+                  written < 0 ? std::strerror(errno) : "no progress");
+    cursor += written;
+    bytes -= std::size_t(written);
+    offset += std::uint64_t(written);
+  }
 }
 
 void TraceWriter::append(std::int64_t pass_id, std::uint64_t placement_version,
@@ -77,17 +97,18 @@ void TraceWriter::append(std::int64_t pass_id, std::uint64_t placement_version,
   MOESTAT_CHECK(entries % token_size == 0,
                 "trace {}: {} ids are not a whole number of tokens of {} layers x top-{}",
                 path_.string(), entries, header_.num_layers, header_.top_k);
+  const std::uint64_t payload_offset = end_ + kChunkHeaderBytes;
+
+  const std::size_t total = entries * sizeof(std::int32_t);
+  write_at(first.data(), first.size_bytes(), payload_offset);
+  write_at(second.data(), second.size_bytes(), payload_offset + first.size_bytes());
+  // The header goes last: until it lands, a reader sees zeros where the chunk starts.
   std::vector<char> head(kChunkMagic.begin(), kChunkMagic.end());
   put(head, pass_id);
   put(head, placement_version);
   put(head, std::int64_t(entries / token_size));
-  const bool written =
-      std::fwrite(head.data(), 1, head.size(), file_) == head.size() &&
-      std::fwrite(first.data(), sizeof(std::int32_t), first.size(), file_) == first.size() &&
-      std::fwrite(second.data(), sizeof(std::int32_t), second.size(), file_) == second.size() &&
-      std::fflush(file_) == 0;
-  MOESTAT_CHECK(written, "cannot append to trace file {}: {}", path_.string(),
-                std::strerror(errno));
+  write_at(head.data(), head.size(), end_);
+  end_ = payload_offset + total;
 }
 
 std::int64_t TraceFile::num_tokens() const {
@@ -128,7 +149,11 @@ TraceFile read_trace_file(const std::filesystem::path& path) {
   const auto token_bytes = std::uint64_t(header.num_layers * header.top_k) * sizeof(std::int32_t);
 
   while (offset < bytes.size()) {
-    if (bytes.size() - offset < kChunkHeaderBytes) {
+    // A cut file, or a chunk whose header the writer has not written yet (zeros).
+    if (bytes.size() - offset < kChunkHeaderBytes ||
+        std::all_of(bytes.begin() + std::ptrdiff_t(offset),
+                    bytes.begin() + std::ptrdiff_t(offset + kChunkMagic.size()),
+                    [](char byte) { return byte == 0; })) {
       out.truncated = true;
       break;
     }

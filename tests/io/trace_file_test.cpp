@@ -44,6 +44,23 @@ TEST(TraceFile, RoundTripsEveryChunkExactly) {
   EXPECT_EQ(file.num_tokens(), 5 + 0 + 1 + 17);
 }
 
+TEST(TraceFile, LargeChunksInTwoSpansRoundTrip) {
+  ScratchDir dir;
+  std::mt19937 rng(6);
+  // Several megabytes in two spans, as a wrapped ring hands them over.
+  const auto ids = random_tokens(rng, (std::int64_t(9) << 20) / (kTokenSize * 4) + 3);
+  {
+    io::TraceWriter writer(dir.path() / "large.bin", kHeader);
+    const std::span<const std::int32_t> all(ids);
+    writer.append(3, 1, all.first(1001 * kTokenSize), all.subspan(1001 * kTokenSize));
+    writer.append(4, 1, all.first(2 * kTokenSize));
+  }
+  const io::TraceFile file = io::read_trace_file(dir.path() / "large.bin");
+  ASSERT_EQ(file.chunks.size(), 2u);
+  EXPECT_EQ(file.chunks[0].ids, ids);
+  EXPECT_EQ(file.chunks[1].pass_id, 4);
+}
+
 TEST(TraceFile, SplitAppendEqualsOneSpan) {
   ScratchDir dir;
   std::mt19937 rng(2);
@@ -83,6 +100,27 @@ TEST(TraceFile, TruncatedFileReadsUpToItsLastCompleteChunk) {
     EXPECT_TRUE(file.truncated) << cut;
     EXPECT_EQ(file.chunks.size(), 1u) << cut;
   }
+}
+
+TEST(TraceFile, ChunkWhoseHeaderIsNotWrittenYetIsLeftOut) {
+  ScratchDir dir;
+  const auto path = dir.path() / "live.bin";
+  std::mt19937 rng(5);
+  {
+    io::TraceWriter writer(path, kHeader);
+    writer.append(0, 0, random_tokens(rng, 2));
+    writer.append(1, 0, random_tokens(rng, 2));
+  }
+  // The writer puts a chunk's header last; until then its first bytes read as zeros.
+  const auto second_chunk = std::filesystem::file_size(path) - (28 + 2 * kTokenSize * 4);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(std::streamoff(second_chunk));
+    file.write("\0\0\0\0", 4);
+  }
+  const io::TraceFile file = io::read_trace_file(path);
+  EXPECT_TRUE(file.truncated);
+  EXPECT_EQ(file.chunks.size(), 1u);
 }
 
 TEST(TraceFile, RefusesWhatIsNotATrace) {

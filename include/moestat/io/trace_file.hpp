@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <span>
 #include <vector>
@@ -28,7 +27,9 @@ struct TraceChunk {
   std::vector<std::int32_t> ids;
 };
 
-/// Appends chunks to a new trace file. Not thread-safe; one writer per file.
+/// Appends chunks to a new trace file. Not thread-safe; one writer per file. A chunk's ids
+/// are written first and its header last, so a reader never takes a chunk in progress for
+/// a whole one.
 class TraceWriter {
  public:
   /// Creates (truncates) `path` and writes the header; moestat::Error naming the path when
@@ -48,8 +49,11 @@ class TraceWriter {
   const TraceHeader& header() const noexcept { return header_; }
 
  private:
+  void write_at(const void* data, std::size_t bytes, std::uint64_t offset);
+
   std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  std::uint64_t end_ = 0;  // file size once every appended chunk is written
   TraceHeader header_;
 };
 
