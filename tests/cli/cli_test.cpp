@@ -7,6 +7,7 @@
 #include <cctype>
 #include <fstream>
 #include <moestat/io/json.hpp>
+#include <moestat/record/cpu_recorder.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -194,6 +195,52 @@ TEST(CliInspect, SnapshotAsJson) {
     ASSERT_EQ(entry.at("hottest").size(), 2u);
     EXPECT_EQ(entry.at("hottest")[0].at("expert"), std::max_element(row, row + 4) - row);
     EXPECT_EQ(entry.at("hottest")[0].at("load"), max);
+  }
+}
+
+TEST(CliInspect, SnapshotsOfEveryMode) {
+  ScratchDir dir;
+  ModelTopology topology = ModelTopology::uniform(2, 3, 2);
+  const std::vector<std::int32_t> ids = {0, 1, 2, 1, 1, 0};
+  const std::vector<std::int32_t> local = {4, 0, 1};
+  for (RecordMode mode : {RecordMode::kStat, RecordMode::kStatApprox, RecordMode::kPerPass,
+                          RecordMode::kPerToken, RecordMode::kDecayed}) {
+    const std::string name(record_mode_name(mode));
+    SCOPED_TRACE(name);
+    record::CpuRecorder recorder(topology, {.mode = mode, .decay = 0.5});
+    recorder.start();
+    for (std::int64_t pass = 0; pass < 2; ++pass) {
+      recorder.begin_pass(pass);
+      if (mode == RecordMode::kStatApprox) {
+        recorder.record_local_counts(1, TensorView::contiguous(local.data(), DType::kInt32, {3}),
+                                     0);
+      } else {
+        recorder.record_topk(1, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}));
+      }
+      recorder.end_pass();
+    }
+    const Snapshot snapshot = recorder.snapshot();
+    const auto path = dir.path() / (name + ".json");
+    io::write_file_atomically(path, io::snapshot_to_json(snapshot));
+
+    const CliRun text = run_cli("inspect " + quoted(path));
+    EXPECT_EQ(text.code, 0) << text.err;
+    EXPECT_TRUE(contains(text.out, "moestat snapshot, mode " + name)) << text.out;
+    const CliRun json = run_cli("inspect --json " + quoted(path));
+    ASSERT_EQ(json.code, 0) << json.err;
+    const auto doc = nlohmann::json::parse(json.out);
+    EXPECT_EQ(doc.at("mode"), name);
+    EXPECT_EQ(doc.at("num_passes"), 2);
+    // Layer 1 gets 6 assignments per pass (5 for the local counts), so 12 (10) in all; the
+    // decayed load is 0.5 * first + second = 9.
+    const std::vector<std::int64_t> totals = snapshot.logical_totals();
+    EXPECT_EQ(doc.at("total_assignments"), std::accumulate(totals.begin(), totals.end(), 0));
+    if (mode == RecordMode::kDecayed) {
+      EXPECT_DOUBLE_EQ(doc.at("total_decayed_load").get<double>(), 9.0);
+      EXPECT_DOUBLE_EQ(doc.at("layers")[1].at("total").get<double>(), 9.0);
+    } else {
+      EXPECT_EQ(doc.at("layers")[1].at("total"), mode == RecordMode::kStatApprox ? 10 : 12);
+    }
   }
 }
 
