@@ -29,8 +29,10 @@ constexpr int kMaxBlocks = 128;
 // measures both algorithms at every size).
 constexpr std::int64_t kDirectMaxIds = 16384;
 
-template <typename Id>
+/// Id number `index` in row-major order; a contiguous matrix needs no 64-bit division.
+template <typename Id, bool kContiguous>
 __device__ __forceinline__ Id load_id(const IdMatrix& ids, long long index) {
+  if constexpr (kContiguous) return static_cast<const Id*>(ids.data)[index];
   const long long row = index / ids.num_columns;
   const long long column = index - row * ids.num_columns;
   return static_cast<const Id*>(ids.data)[row * ids.row_stride + column * ids.column_stride];
@@ -42,14 +44,14 @@ __device__ __forceinline__ bool in_range(Id id, long long num_bins) {
          static_cast<unsigned long long>(num_bins);
 }
 
-template <typename Id>
+template <typename Id, bool kContiguous>
 __global__ void __launch_bounds__(kDirectThreads)
     direct_atomics_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   // NOTE: the id is loaded before the flag is checked: it lies inside the captured batch
   // (padding rows included), and overlapping the loads is what makes this kernel cheap.
   const bool in_batch = index < ids.num_rows * ids.num_columns;
-  const Id id = in_batch ? load_id<Id>(ids, index) : Id(-1);
+  const Id id = in_batch ? load_id<Id, kContiguous>(ids, index) : Id(-1);
   DeviceState* state = buffers.state;
   const int recording = state->recording;
   const long long rows = detail::load_valid_rows(valid, ids.num_rows);
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
   } else {
     for (long long i = first; i < num_ids; i += stride) {
-      tally(load_id<Id>(ids, i), true, num_bins, histogram, dropped);
+      tally(load_id<Id, false>(ids, i), true, num_bins, histogram, dropped);
     }
   }
   detail::add_warp_tally(&state->pass_dropped, dropped);
@@ -174,7 +176,12 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
     const auto threads =
         unsigned(std::clamp<std::int64_t>((batch_ids + 31) / 32 * 32, 32, kDirectThreads));
     const auto blocks = unsigned(std::max<std::int64_t>(1, (batch_ids + threads - 1) / threads));
-    direct_atomics_kernel<Id><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
+    const bool contiguous = ids.column_stride == 1 && ids.row_stride == ids.num_columns;
+    if (contiguous) {
+      direct_atomics_kernel<Id, true><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
+    } else {
+      direct_atomics_kernel<Id, false><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
+    }
     MOESTAT_CUDA_CHECK(cudaGetLastError());
     return;
   }
