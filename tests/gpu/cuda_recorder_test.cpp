@@ -175,6 +175,42 @@ TEST(CudaRecorder, LocalCountsDropSharedSlotsAndApplyTheRankOffset) {
   expect_same_window(cpu.snapshot(), gpu.snapshot());
 }
 
+TEST(CudaRecorder, StatApproxTakesDeepEpNormalHostCounts) {
+  MOESTAT_REQUIRE_GPU();
+  ModelTopology topology = ModelTopology::uniform(5, 32, 8);
+  topology.num_physical_experts = 48;
+  topology.ep_size = 4;
+  topology.num_shared_expert_slots = 1;
+  topology.validate();
+  const RecorderOptions options{.mode = RecordMode::kStatApprox, .window_size = 3};
+  CpuRecorder cpu(topology, options);
+  CudaRecorder gpu(topology, options);
+  cpu.start();
+  gpu.start();
+  std::mt19937_64 rng(13);
+  for (std::int64_t pass = 0; pass < 5; ++pass) {  // wraps the window of 3
+    cpu.begin_pass(pass);
+    gpu.begin_pass(pass);
+    for (std::int64_t layer : {0, 2, 4}) {
+      for (std::int64_t rank = 0; rank < 4; ++rank) {
+        std::vector<std::int64_t> counts(13);  // 12 local experts + 1 shared slot
+        for (auto& count : counts) count = std::int64_t(rng() % 1000) * 128;  // padded sizes
+        const TensorView host = TensorView::contiguous(counts.data(), DType::kInt64, {13});
+        cpu.record_local_counts(layer, host, rank);
+        gpu.record_local_counts(layer, host, rank);
+        counts.assign(13, -1);  // the caller may reuse its list at once
+      }
+    }
+    cpu.end_pass();
+    gpu.end_pass();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const Snapshot actual = gpu.snapshot();
+  EXPECT_TRUE(actual.approximate);
+  EXPECT_EQ(actual.window_size(), 3);
+  expect_same_window(cpu.snapshot(), actual);
+}
+
 TEST(CudaRecorder, PassesUseThePlacementInForce) {
   MOESTAT_REQUIRE_GPU();
   const ModelTopology topology = deepseek_like_topology();

@@ -45,8 +45,11 @@ struct CudaOptions {
 ///   `cuda_options.trace_path`. When the writer falls behind, whole tokens are dropped and
 ///   counted (snapshot().dropped_tokens); the recording stream never waits for the host.
 ///
-/// Supported modes: stat (bounded window), decayed, per_token. per_pass, stat_approx and an
-/// unbounded window are rejected at construction with a moestat::Error (not built yet).
+/// - stat_approx mode: record_local_counts takes DeepEP normal dispatch's host counts (a
+///   host tensor) as well as device `masked_m`.
+///
+/// Supported modes: stat and stat_approx (bounded window), decayed, per_token. per_pass and
+/// an unbounded window are rejected at construction with a moestat::Error (not built yet).
 /// Hooks must come from one stream at a time (set_stream); tensors must live on the
 /// recorder's device.
 ///

@@ -66,6 +66,7 @@ struct CudaRecorder::Resources {
   cudaEvent_t trace_fork = nullptr;
   cudaEvent_t trace_join = nullptr;
   std::unique_ptr<cuda::TraceDrain> drain;
+  std::int64_t* local_counts = nullptr;  // [P / ep_size] device copy of host local counts
 
   /// Writes one field of the device control block and waits for it to land, so the
   /// next pass to begin on the device sees it.
@@ -101,17 +102,18 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
       cuda_options_(std::move(cuda_options)),
       resources_(std::make_unique<Resources>()) {
   const RecordMode mode = this->options().mode;
-  MOESTAT_CHECK(
-      mode == RecordMode::kStat || mode == RecordMode::kDecayed || mode == RecordMode::kPerToken,
-      "the CUDA recorder does not support {} mode yet; use stat, decayed or per_token",
-      record_mode_name(mode));
+  const bool windowed = mode == RecordMode::kStat || mode == RecordMode::kStatApprox;
+  MOESTAT_CHECK(windowed || mode == RecordMode::kDecayed || mode == RecordMode::kPerToken,
+                "the CUDA recorder does not support {} mode yet; use stat, stat_approx, decayed "
+                "or per_token",
+                record_mode_name(mode));
   MOESTAT_CHECK(mode != RecordMode::kPerToken || !cuda_options_.trace_path.empty(),
                 "per_token mode on the CUDA recorder needs CudaOptions::trace_path");
   MOESTAT_CHECK(
       cuda_options_.max_tokens_per_pass > 0 && cuda_options_.max_pending_passes > 0,
       "CudaOptions: max_tokens_per_pass ({}) and max_pending_passes ({}) must be positive",
       cuda_options_.max_tokens_per_pass, cuda_options_.max_pending_passes);
-  MOESTAT_CHECK(mode != RecordMode::kStat || this->options().window_size > 0,
+  MOESTAT_CHECK(!windowed || this->options().window_size > 0,
                 "the CUDA recorder needs a bounded window (window_size > 0), got {}",
                 this->options().window_size);
   if (device < 0) MOESTAT_CUDA_CHECK(cudaGetDevice(&device));
@@ -124,7 +126,7 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   const std::int64_t num_logical = model.num_logical_experts;
   // One more slot than the window: the open pass writes a slot of its own, so the window
   // always holds window_size whole passes.
-  const std::int64_t num_slots = mode == RecordMode::kStat ? this->options().window_size + 1 : 1;
+  const std::int64_t num_slots = windowed ? this->options().window_size + 1 : 1;
 
   Resources& r = *resources_;
   MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.control_stream, cudaStreamNonBlocking));
@@ -148,6 +150,9 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   b.num_layers = num_layers;
   b.num_physical_experts = num_physical;
   b.num_logical_experts = num_logical;
+  // Host counts (DeepEP normal dispatch) reach the device through this buffer; stream order
+  // keeps one call's copy from overwriting what an earlier call's kernel still reads.
+  r.local_counts = r.allocate<std::int64_t>(model.num_local_experts());
   if (mode == RecordMode::kPerToken) {
     cuda::TraceBuffers& trace = b.trace;
     trace.top_k = model.top_k;
@@ -232,11 +237,29 @@ void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids
 
 void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& counts,
                                           std::int64_t first_physical_expert) {
+  const std::int64_t num_local = topology().num_local_experts();
+  if (counts.device().kind == DeviceKind::kCpu) {
+    // DeepEP normal dispatch hands over a host list (never inside a captured graph). A
+    // pageable-to-device async copy is staged by the driver before it returns, so this
+    // neither waits for the stream nor keeps a reference to the caller's memory.
+    std::vector<std::int64_t> host(static_cast<std::size_t>(num_local));
+    for (std::int64_t j = 0; j < num_local; ++j) {
+      host[std::size_t(j)] = counts.int_at({j});
+      MOESTAT_CHECK(host[std::size_t(j)] >= 0, "local counts: entry {} is negative ({})", j,
+                    host[std::size_t(j)]);
+    }
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(resources_->local_counts, host.data(),
+                                       host.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice,
+                                       stream_));
+    cuda::launch_record_local_counts(resources_->buffers, layer, resources_->local_counts, true,
+                                     num_local, first_physical_expert, stream_);
+    return;
+  }
   require_on_device(counts, "local counts (masked_m)");
   MOESTAT_CHECK(counts.stride(0) == 1 || counts.size(0) <= 1,
                 "local counts must be contiguous, got stride {}", counts.stride(0));
   cuda::launch_record_local_counts(resources_->buffers, layer, counts.data(),
-                                   counts.dtype() == DType::kInt64, topology().num_local_experts(),
+                                   counts.dtype() == DType::kInt64, num_local,
                                    first_physical_expert, stream_);
 }
 
@@ -340,6 +363,7 @@ Snapshot CudaRecorder::snapshot() const {
 
   Snapshot out;
   out.mode = options().mode;
+  out.approximate = out.mode == RecordMode::kStatApprox;
   out.num_layers = model.num_layers;
   out.num_logical_experts = model.num_logical_experts;
   out.num_physical_experts = model.num_physical_experts;
