@@ -52,6 +52,8 @@ struct Snapshot {
   std::vector<std::int64_t> logical_totals() const;
   /// [L, P] physical counts summed likewise.
   std::vector<std::int64_t> physical_totals() const;
+
+  friend bool operator==(const Snapshot&, const Snapshot&) = default;
 };
 
 }  // namespace moestat
