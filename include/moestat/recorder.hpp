@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <moestat/placement.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
@@ -123,7 +124,8 @@ class Recorder {
   friend class LayerScope;
   friend class DisabledRegion;
 
-  static constexpr std::int64_t kNoLayer = -1;
+  // NOTE: not -1, so an explicit layer -1 is reported as out of range, not as missing.
+  static constexpr std::int64_t kNoLayer = std::numeric_limits<std::int64_t>::min();
 
   void check_hook_layer(std::int64_t layer, const char* hook) const;
   void check_topk_ids(const TensorView& topk_ids) const;
