@@ -95,8 +95,8 @@ TEST_F(RecorderHooks, HookWithNoLayerIsAnError) {
   EXPECT_MOESTAT_ERROR(recorder_.record_topk(ids_view(ids_), 2), "record_topk with no layer");
   EXPECT_MOESTAT_ERROR(recorder_.record_local_counts(counts_view(local_), 0),
                        "record_local_counts with no layer");
-  // An explicit -1 is the same as no layer; it never falls back to slot 0.
-  EXPECT_MOESTAT_ERROR(recorder_.record_topk(-1, ids_view(ids_)), "with no layer");
+  // An explicit -1 is out of range; it never falls back to slot 0.
+  EXPECT_MOESTAT_ERROR(recorder_.record_topk(-1, ids_view(ids_)), "layer -1 out of range");
   recorder_.end_pass();
   expect_one_pass(std::vector<std::int64_t>(kLayers * kPhysical, 0));
 }
