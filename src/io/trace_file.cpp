@@ -174,7 +174,7 @@ TraceFile read_trace_file(const std::filesystem::path& path) {
     }
     const std::size_t payload = std::size_t(std::uint64_t(num_tokens) * token_bytes);
     chunk.ids.resize(payload / sizeof(std::int32_t));
-    std::memcpy(chunk.ids.data(), bytes.data() + offset, payload);
+    if (payload > 0) std::memcpy(chunk.ids.data(), bytes.data() + offset, payload);
     offset += payload;
     for (std::int32_t id : chunk.ids) {
       MOESTAT_CHECK(id >= -1 && id < header.num_physical_experts,
