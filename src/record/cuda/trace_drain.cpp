@@ -75,7 +75,8 @@ std::int64_t TraceDrain::write_published() {
   for (; consumed < published; ++consumed, ++written) {
     const TraceDescriptor& descriptor = descriptors_[consumed % descriptor_capacity_];
     const std::int64_t begin = descriptor.first_token % capacity_;
-    const std::int64_t first_part = std::min<std::int64_t>(descriptor.num_tokens, capacity_ - begin);
+    const std::int64_t first_part =
+        std::min<std::int64_t>(descriptor.num_tokens, capacity_ - begin);
     const std::span<const std::int32_t> first(ring_ + begin * token_size_,
                                               std::size_t(first_part * token_size_));
     const std::span<const std::int32_t> second(
