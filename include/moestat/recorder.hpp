@@ -111,6 +111,8 @@ class Recorder {
   virtual void do_begin_pass(std::int64_t pass_id) = 0;
   virtual void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                               std::int64_t num_valid_tokens) = 0;
+  /// `num_valid_tokens` is a one-element integer tensor in device memory (host counts are
+  /// read by Recorder and arrive through the other overload).
   virtual void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                               const TensorView& num_valid_tokens) = 0;
   virtual void do_record_local_counts(std::int64_t layer, const TensorView& counts,

@@ -102,6 +102,18 @@ void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
   num_valid_tokens.require_integer("num_valid_tokens");
   MOESTAT_CHECK(num_valid_tokens.numel() == 1, "num_valid_tokens must hold one element, got {}",
                 num_valid_tokens.numel());
+  if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
+    // A host count is read now, the same way for every backend. The one element sits at
+    // offset 0 whatever the shape ([], [1], [1, 1], ...); a 0-d view of it reads it with the
+    // usual null and dtype checks.
+    const TensorView element(num_valid_tokens.data(), num_valid_tokens.dtype(), {}, {});
+    const std::int64_t count = element.int_at({});
+    MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
+                  "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
+                  topk_ids.size(0));
+    do_record_topk(layer, topk_ids, count);
+    return;
+  }
   do_record_topk(layer, topk_ids, num_valid_tokens);
 }
 

@@ -76,17 +76,9 @@ void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
   first_token += num_valid_tokens;
 }
 
-void CpuRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
-                                 const TensorView& num_valid_tokens) {
-  num_valid_tokens.require_cpu("num_valid_tokens");
-  // The one element sits at offset 0 whatever the shape ([], [1], [1, 1], ...); a 0-d view
-  // of it reads it with the usual null and dtype checks.
-  const TensorView element(num_valid_tokens.data(), num_valid_tokens.dtype(), {}, {});
-  const std::int64_t count = element.int_at({});
-  MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
-                "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
-                topk_ids.size(0));
-  do_record_topk(layer, topk_ids, count);
+void CpuRecorder::do_record_topk(std::int64_t, const TensorView&, const TensorView&) {
+  // Recorder reads host counts itself; only a device count reaches a backend.
+  MOESTAT_FAIL("num_valid_tokens is in CUDA memory; the CPU recorder needs host memory");
 }
 
 void CpuRecorder::do_record_local_counts(std::int64_t layer, const TensorView& counts,

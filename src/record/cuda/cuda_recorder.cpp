@@ -66,7 +66,8 @@ struct CudaRecorder::Resources {
   cudaEvent_t trace_fork = nullptr;
   cudaEvent_t trace_join = nullptr;
   std::unique_ptr<cuda::TraceDrain> drain;
-  std::int64_t* local_counts = nullptr;  // [P / ep_size] device copy of host local counts
+  std::int64_t* local_counts = nullptr;         // [P / ep_size] device copy of host local counts
+  std::vector<std::int64_t> host_local_counts;  // [P / ep_size] reused, no allocation per call
 
   /// Writes one field of the device control block and waits for it to land, so the
   /// next pass to begin on the device sees it.
@@ -153,6 +154,7 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   // Host counts (DeepEP normal dispatch) reach the device through this buffer; stream order
   // keeps one call's copy from overwriting what an earlier call's kernel still reads.
   r.local_counts = r.allocate<std::int64_t>(model.num_local_experts());
+  r.host_local_counts.resize(std::size_t(model.num_local_experts()));
   if (mode == RecordMode::kPerToken) {
     cuda::TraceBuffers& trace = b.trace;
     trace.top_k = model.top_k;
@@ -220,16 +222,6 @@ void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids
 
 void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                                   const TensorView& num_valid_tokens) {
-  if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
-    // A host count is read now; only a device count follows the data of a replayed graph.
-    const std::int64_t count =
-        num_valid_tokens.dim() == 0 ? num_valid_tokens.int_at({}) : num_valid_tokens.int_at({0});
-    MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
-                  "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
-                  topk_ids.size(0));
-    launch_topk(layer, topk_ids, nullptr, false, count);
-    return;
-  }
   require_on_device(num_valid_tokens, "num_valid_tokens");
   launch_topk(layer, topk_ids, num_valid_tokens.data(), num_valid_tokens.dtype() == DType::kInt64,
               topk_ids.size(0));
@@ -242,7 +234,7 @@ void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& 
     // DeepEP normal dispatch hands over a host list (never inside a captured graph). A
     // pageable-to-device async copy is staged by the driver before it returns, so this
     // neither waits for the stream nor keeps a reference to the caller's memory.
-    std::vector<std::int64_t> host(static_cast<std::size_t>(num_local));
+    std::vector<std::int64_t>& host = resources_->host_local_counts;
     for (std::int64_t j = 0; j < num_local; ++j) {
       host[std::size_t(j)] = counts.int_at({j});
       MOESTAT_CHECK(host[std::size_t(j)] >= 0, "local counts: entry {} is negative ({})", j,
