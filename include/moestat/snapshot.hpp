@@ -42,6 +42,9 @@ struct Snapshot {
   std::int64_t num_passes = 0;      ///< Passes recorded since start(), window or not.
   std::int64_t dropped_ids = 0;     ///< Ids outside [0, P) (other than -1) seen and ignored.
   std::int64_t dropped_tokens = 0;  ///< Per-token mode: tokens that did not fit the ring.
+  /// CUDA per_pass mode and unbounded windows: passes lost because the host collector fell
+  /// more than a device ring behind. Always 0 on the CPU backend.
+  std::int64_t dropped_passes = 0;
 
   /// Rows of the pass window (W).
   std::int64_t window_size() const noexcept { return std::int64_t(pass_ids.size()); }

@@ -95,6 +95,8 @@ void validate_snapshot(const Snapshot& s) {
                 s.dropped_ids);
   MOESTAT_CHECK(s.dropped_tokens >= 0,
                 "snapshot dropped_tokens is {}, expected a non-negative integer", s.dropped_tokens);
+  MOESTAT_CHECK(s.dropped_passes >= 0,
+                "snapshot dropped_passes is {}, expected a non-negative integer", s.dropped_passes);
 
   const std::int64_t window = s.window_size();
   MOESTAT_CHECK(s.num_passes >= window, "snapshot num_passes is {} but its window holds {} passes",
@@ -147,6 +149,7 @@ std::string snapshot_to_json(const Snapshot& s) {
   doc["num_passes"] = s.num_passes;
   doc["dropped_ids"] = s.dropped_ids;
   doc["dropped_tokens"] = s.dropped_tokens;
+  doc["dropped_passes"] = s.dropped_passes;
   doc["pass_ids"] = s.pass_ids;
   doc["placement_versions"] = s.placement_versions;
   doc["pass_num_tokens"] = s.pass_num_tokens;
@@ -251,6 +254,8 @@ Snapshot detail::snapshot_from_document(const Json& doc) {
   s.num_passes = int_field(doc, "num_passes");
   s.dropped_ids = int_field(doc, "dropped_ids");
   s.dropped_tokens = int_field(doc, "dropped_tokens");
+  // Added after version 1 was first written: absent means none were dropped.
+  if (doc.contains("dropped_passes")) s.dropped_passes = int_field(doc, "dropped_passes");
 
   // The window size W comes from pass_ids; every other per-pass array must match it.
   s.pass_ids = int_list(doc, "pass_ids", detail::kAnySize, "passes");

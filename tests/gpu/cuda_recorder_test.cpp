@@ -247,11 +247,12 @@ TEST(CudaRecorder, PassesUseThePlacementInForce) {
   }
 }
 
-TEST(CudaRecorder, RejectsHostTensorsAndUnsupportedModes) {
+TEST(CudaRecorder, RejectsHostTensorsAndBadOptions) {
   MOESTAT_REQUIRE_GPU();
   const ModelTopology topology = ModelTopology::uniform(2, 8, 2);
   EXPECT_THROW(CudaRecorder(topology, {.mode = RecordMode::kPerToken}), Error);
-  EXPECT_THROW(CudaRecorder(topology, {.mode = RecordMode::kStat, .window_size = -1}), Error);
+  EXPECT_THROW(CudaRecorder(topology, {.mode = RecordMode::kPerPass}, -1, pass_ring_options(0)),
+               Error);
   CudaRecorder gpu(topology, {.mode = RecordMode::kStat, .window_size = 4});
   gpu.start();
   std::vector<std::int32_t> ids(4, 1);

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <moestat/record/cuda_recorder.hpp>
 #include <moestat/snapshot.hpp>
 #include <moestat/tensor_view.hpp>
 #include <moestat/topology.hpp>
@@ -117,6 +119,16 @@ inline void expect_same_decayed(const Snapshot& expected, const Snapshot& actual
   }
   EXPECT_EQ(actual.num_passes, expected.num_passes);
   EXPECT_EQ(actual.dropped_ids, expected.dropped_ids);
+}
+
+/// CUDA options for per_pass mode and unbounded windows: a ring of `ring_size` passes,
+/// collected every `interval` (zero: only by snapshot()).
+inline record::CudaOptions pass_ring_options(std::int64_t ring_size,
+                                             std::chrono::microseconds interval = {}) {
+  record::CudaOptions options;
+  options.pass_ring_size = ring_size;
+  options.pass_collect_interval = interval;
+  return options;
 }
 
 /// DeepSeek-V3-like: 61 layers, the first 3 dense, 288 slots over 256 experts, top-8.

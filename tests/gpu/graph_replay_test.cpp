@@ -30,11 +30,14 @@ TEST(CudaRecorderGraph, ThousandReplaysEqualCpuRecorder) {
   MOESTAT_REQUIRE_GPU();
   const ModelTopology topology = deepseek_like_topology();
   const std::int64_t num_physical = topology.num_physical_experts;
-  for (RecordMode mode : {RecordMode::kStat, RecordMode::kDecayed}) {
+  for (RecordMode mode : {RecordMode::kStat, RecordMode::kDecayed, RecordMode::kPerPass}) {
     SCOPED_TRACE(std::string(record_mode_name(mode)));
     const RecorderOptions options{.mode = mode, .window_size = 64, .decay = 0.97};
     CpuRecorder cpu(topology, options);
-    CudaRecorder gpu(topology, options);
+    // per_pass: a ring that holds every replay, so the result cannot depend on when the
+    // collector thread runs (pass_collector_test covers a ring that wraps).
+    CudaRecorder gpu(topology, options, -1,
+                     pass_ring_options(kReplays, std::chrono::milliseconds(1)));
 
     // Per MoE layer a fixed device buffer; even layers int64, odd int32.
     std::vector<std::int64_t> moe_layers;
@@ -98,15 +101,16 @@ TEST(CudaRecorderGraph, ThousandReplaysEqualCpuRecorder) {
       cpu.end_pass();
       MOESTAT_EXPECT_CUDA(cudaGraphLaunch(captured.exec, stream));
       MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
-      if (replay == 350 && mode == RecordMode::kStat) {
+      if (replay == 350 && mode != RecordMode::kDecayed) {
         expect_same_window(cpu.snapshot(), gpu.snapshot());
       }
     }
     const Snapshot expected = cpu.snapshot();
     const Snapshot actual = gpu.snapshot();
     EXPECT_EQ(actual.num_passes, kReplays - 400);
-    if (mode == RecordMode::kStat) {
-      EXPECT_EQ(actual.window_size(), 64);
+    if (mode != RecordMode::kDecayed) {
+      EXPECT_EQ(actual.window_size(), mode == RecordMode::kStat ? 64 : kReplays - 400);
+      EXPECT_EQ(actual.dropped_passes, 0);
       expect_same_window(expected, actual);
     } else {
       expect_same_decayed(expected, actual);

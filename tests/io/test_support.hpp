@@ -90,6 +90,7 @@ inline std::string snapshot_difference(const Snapshot& a, const Snapshot& b) {
   MOESTAT_TEST_FIELD(num_passes);
   MOESTAT_TEST_FIELD(dropped_ids);
   MOESTAT_TEST_FIELD(dropped_tokens);
+  MOESTAT_TEST_FIELD(dropped_passes);
 #undef MOESTAT_TEST_FIELD
   if (bits(a.decayed_logical_load) != bits(b.decayed_logical_load)) return "decayed_logical_load";
   if (bits(a.decayed_physical_load) != bits(b.decayed_physical_load)) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -23,6 +24,13 @@ struct CudaOptions {
   std::int64_t max_tokens_per_pass = 8192;
   /// per_token mode: passes the host ring can hold before the writer thread catches up.
   std::int64_t max_pending_passes = 4096;
+  /// per_pass mode and unbounded windows (window_size = -1): ended passes wait in a device
+  /// ring of this many passes until the collector thread copies them to the host.
+  std::int64_t pass_ring_size = 256;
+  /// How often the collector thread copies new passes out of the ring. A pass whose slot
+  /// is reused first (more than pass_ring_size passes in one interval) is dropped whole and
+  /// counted in Snapshot::dropped_passes. Zero: no thread; only snapshot() collects.
+  std::chrono::microseconds pass_collect_interval{1000};
 };
 
 /// Records on the GPU. All memory is allocated at construction; hooks only enqueue kernels
@@ -48,8 +56,11 @@ struct CudaOptions {
 /// - stat_approx mode: record_local_counts takes DeepEP normal dispatch's host counts (a
 ///   host tensor) as well as device `masked_m`.
 ///
-/// Supported modes: stat and stat_approx (bounded window), decayed, per_token. per_pass and
-/// an unbounded window are rejected at construction with a moestat::Error (not built yet).
+/// - per_pass mode and unbounded windows: ended passes wait in a device ring that a host
+///   thread empties every `cuda_options.pass_collect_interval` on a stream of its own; a
+///   pass whose slot the engine reused before the copy is dropped whole and counted
+///   (snapshot().dropped_passes). Again the recording stream never waits for the host.
+///
 /// Hooks must come from one stream at a time (set_stream); tensors must live on the
 /// recorder's device.
 ///

@@ -6,6 +6,7 @@
 #include "../../core/logical_counts.hpp"
 #include "cuda_check.hpp"
 #include "device_state.cuh"
+#include "pass_collector.hpp"
 #include "record_kernels.cuh"
 #include "trace_drain.hpp"
 
@@ -66,6 +67,9 @@ struct CudaRecorder::Resources {
   cudaEvent_t trace_fork = nullptr;
   cudaEvent_t trace_join = nullptr;
   std::unique_ptr<cuda::TraceDrain> drain;
+  // per_pass mode and unbounded windows: the thread that keeps passes before the ring
+  // reuses their slots.
+  std::unique_ptr<cuda::PassCollector> collector;
   std::int64_t* local_counts = nullptr;         // [P / ep_size] device copy of host local counts
   std::vector<std::int64_t> host_local_counts;  // [P / ep_size] reused, no allocation per call
 
@@ -89,6 +93,7 @@ struct CudaRecorder::Resources {
   ~Resources() {
     if (trace_stream != nullptr) cudaStreamSynchronize(trace_stream);
     drain.reset();  // writes what the last copies published
+    collector.reset();
     for (void* pointer : allocations) cudaFree(pointer);
     if (control_stream != nullptr) cudaStreamDestroy(control_stream);
     if (trace_stream != nullptr) cudaStreamDestroy(trace_stream);
@@ -104,19 +109,17 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
       resources_(std::make_unique<Resources>()) {
   const RecordMode mode = this->options().mode;
   const bool windowed = mode == RecordMode::kStat || mode == RecordMode::kStatApprox;
-  MOESTAT_CHECK(windowed || mode == RecordMode::kDecayed || mode == RecordMode::kPerToken,
-                "the CUDA recorder does not support {} mode yet; use stat, stat_approx, decayed "
-                "or per_token",
-                record_mode_name(mode));
+  const bool collected =
+      mode == RecordMode::kPerPass || (windowed && this->options().window_size < 0);
   MOESTAT_CHECK(mode != RecordMode::kPerToken || !cuda_options_.trace_path.empty(),
                 "per_token mode on the CUDA recorder needs CudaOptions::trace_path");
   MOESTAT_CHECK(
       cuda_options_.max_tokens_per_pass > 0 && cuda_options_.max_pending_passes > 0,
       "CudaOptions: max_tokens_per_pass ({}) and max_pending_passes ({}) must be positive",
       cuda_options_.max_tokens_per_pass, cuda_options_.max_pending_passes);
-  MOESTAT_CHECK(!windowed || this->options().window_size > 0,
-                "the CUDA recorder needs a bounded window (window_size > 0), got {}",
-                this->options().window_size);
+  MOESTAT_CHECK(!collected || cuda_options_.pass_ring_size > 0,
+                "CudaOptions: pass_ring_size must be positive, got {}",
+                cuda_options_.pass_ring_size);
   if (device < 0) MOESTAT_CUDA_CHECK(cudaGetDevice(&device));
   device_ = device;
   DeviceGuard guard(device_);
@@ -126,8 +129,10 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   const std::int64_t num_physical = model.num_physical_experts;
   const std::int64_t num_logical = model.num_logical_experts;
   // One more slot than the window: the open pass writes a slot of its own, so the window
-  // always holds window_size whole passes.
-  const std::int64_t num_slots = windowed ? this->options().window_size + 1 : 1;
+  // always holds window_size whole passes. Collected modes keep a ring the collector
+  // thread empties.
+  const std::int64_t ring = collected ? cuda_options_.pass_ring_size : this->options().window_size;
+  const std::int64_t num_slots = windowed || collected ? ring + 1 : 1;
 
   Resources& r = *resources_;
   MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.control_stream, cudaStreamNonBlocking));
@@ -179,6 +184,10 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
                                 cudaMemcpyHostToDevice));
   placements_.emplace(0, trivial);
   MOESTAT_CUDA_CHECK(cudaDeviceSynchronize());
+  if (collected) {
+    r.collector =
+        std::make_unique<cuda::PassCollector>(b, device_, cuda_options_.pass_collect_interval);
+  }
 }
 
 CudaRecorder::~CudaRecorder() = default;
@@ -360,6 +369,21 @@ Snapshot CudaRecorder::snapshot() const {
   out.num_logical_experts = model.num_logical_experts;
   out.num_physical_experts = model.num_physical_experts;
   out.top_k = model.top_k;
+  if (r.collector != nullptr) {
+    cuda::CollectedPasses passes = r.collector->collect();
+    // A start or reset that has not reached the device yet: nothing belongs to it.
+    if (passes.epoch != requested_epoch_) return out;
+    out.pass_ids = std::move(passes.pass_ids);
+    out.placement_versions = std::move(passes.placement_versions);
+    out.pass_num_tokens = std::move(passes.pass_num_tokens);
+    out.physical_counts.assign(passes.physical_counts.begin(), passes.physical_counts.end());
+    out.logical_counts =
+        detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements_);
+    out.num_passes = passes.num_passes;
+    out.dropped_passes = passes.dropped_passes;
+    out.dropped_ids = passes.dropped_ids;
+    return out;
+  }
 
   // Sequence lock: read the state, copy, read it again. A window pass is whole if its slot
   // was not reused before the second read; decayed loads need no end-pass in between.

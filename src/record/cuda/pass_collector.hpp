@@ -1,0 +1,68 @@
+// The host side of per_pass mode and of unbounded windows: a thread that copies ended passes
+// out of the device window ring before the ring reuses their slots.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device_state.cuh"
+
+namespace moestat::record::cuda {
+
+/// Passes collected from the device since the last reset the device applied.
+struct CollectedPasses {
+  std::uint64_t epoch = 0;  ///< The device epoch these passes belong to.
+  std::vector<std::int64_t> pass_ids;
+  std::vector<std::uint64_t> placement_versions;
+  std::vector<std::int64_t> pass_num_tokens;
+  std::vector<std::int32_t> physical_counts;  ///< [N, L, P]
+  std::int64_t num_passes = 0;                ///< Passes the device ended since the reset.
+  std::int64_t dropped_passes = 0;            ///< Passes whose slot was reused before collection.
+  std::int64_t dropped_ids = 0;
+};
+
+/// Keeps every pass the device ends. The device writes pass n into slot n % num_slots of
+/// `buffers.window` and never waits; this thread copies the slots of new passes every
+/// `interval` on a stream of its own. A pass whose slot was reused before the copy (the
+/// engine ended more than num_slots - 1 passes in one interval) is dropped whole and
+/// counted, never half-copied.
+class PassCollector {
+ public:
+  /// Starts the thread when `interval` is positive; otherwise passes are collected only by
+  /// collect().
+  PassCollector(const DeviceBuffers& buffers, int device, std::chrono::microseconds interval);
+  ~PassCollector();
+  PassCollector(const PassCollector&) = delete;
+  PassCollector& operator=(const PassCollector&) = delete;
+
+  /// Collects what the device has ended so far and returns a copy of everything collected.
+  /// Rethrows an error of the collector thread.
+  CollectedPasses collect();
+
+ private:
+  void run();
+  /// One copy of the new passes under the device's sequence lock; caller holds mutex_.
+  void collect_locked();
+
+  DeviceBuffers buffers_;
+  int device_;
+  std::chrono::microseconds interval_;
+  cudaStream_t stream_ = nullptr;
+  long long collected_until_ = 0;  ///< Device cursor up to which passes are collected.
+
+  std::mutex mutex_;
+  CollectedPasses passes_;
+  std::exception_ptr error_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace moestat::record::cuda
