@@ -229,6 +229,18 @@ int main() {
                                        moestat::record::cuda::launch_empty(stream);
                                    }) /
                           kLayers;
+  // An engine kernel (the empty one stands in) before each layer's recording node: what
+  // adding a node costs there, for an empty node and for the recorder.
+  const double engine_us = empty_us;
+  const double added_empty_us = graph_us(stream,
+                                         [&] {
+                                           for (int layer = 0; layer < kLayers; ++layer) {
+                                             moestat::record::cuda::launch_empty(stream);
+                                             moestat::record::cuda::launch_empty(stream);
+                                           }
+                                         }) /
+                                    kLayers -
+                                engine_us;
   RawBuffers raw;
   const double begin_us =
       graph_us(stream,
@@ -254,9 +266,9 @@ int main() {
   std::printf("{\n  \"device\": \"%s\",\n  \"layers\": %d,\n  \"physical_experts\": %ld,\n",
               properties.name, kLayers, long(kPhysical));
   std::printf(
-      "  \"top_k\": %ld,\n  \"empty_node_us\": %.4f,\n  \"begin_pass_us\": %.4f,\n"
-      "  \"end_pass_us\": %.4f,\n  \"rows\": [\n",
-      long(kTopK), empty_us, begin_us, end_us);
+      "  \"top_k\": %ld,\n  \"empty_node_us\": %.4f,\n  \"added_empty_node_us\": %.4f,\n"
+      "  \"begin_pass_us\": %.4f,\n  \"end_pass_us\": %.4f,\n  \"rows\": [\n",
+      long(kTopK), empty_us, added_empty_us, begin_us, end_us);
   std::mt19937_64 rng(0);
   bool first_row = true;
   for (bool int64_ids : {false, true}) {
@@ -294,6 +306,18 @@ int main() {
       recorder.start();
       recorder.begin_pass(0);
       const double on_us = graph_us(stream, record_all) / kLayers;
+      const double added_us =
+          graph_us(stream,
+                   [&] {
+                     for (int layer = 0; layer < kLayers; ++layer) {
+                       moestat::record::cuda::launch_empty(stream);
+                       recorder.record_topk(layer, TensorView::contiguous(
+                                                       buffers[std::size_t(layer)], dtype,
+                                                       {tokens, kTopK}, moestat::Device::cuda(0)));
+                     }
+                   }) /
+              kLayers -
+          engine_us;
       recorder.end_pass();
       recorder.stop();
       recorder.begin_pass(1);
@@ -312,20 +336,25 @@ int main() {
       const moestat::record::cuda::TopkAlgorithm algorithms[] = {
           moestat::record::cuda::TopkAlgorithm::kDirectAtomics,
           moestat::record::cuda::TopkAlgorithm::kBlockHistogram};
-      double algorithm_us[2];
+      // Each algorithm overlapped (as the recorder launches it) and serialized.
+      double algorithm_us[2][2];
       for (int choice = 0; choice < 2; ++choice) {
-        algorithm_us[choice] =
-            graph_us(stream,
-                     [&] {
-                       for (int layer = 0; layer < kLayers; ++layer) {
-                         const moestat::record::cuda::IdMatrix ids{
-                             buffers[std::size_t(layer)], int64_ids, tokens, kTopK, kTopK, 1};
-                         moestat::record::cuda::launch_record_topk(raw.buffers, layer, ids,
-                                                                   {nullptr, false, tokens}, stream,
-                                                                   algorithms[choice]);
-                       }
-                     }) /
-            kLayers;
+        for (int serialized = 0; serialized < 2; ++serialized) {
+          const auto launch = serialized != 0 ? moestat::record::cuda::KernelLaunch::kSerialized
+                                              : moestat::record::cuda::KernelLaunch::kOverlapped;
+          algorithm_us[choice][serialized] =
+              graph_us(stream,
+                       [&] {
+                         for (int layer = 0; layer < kLayers; ++layer) {
+                           const moestat::record::cuda::IdMatrix ids{
+                               buffers[std::size_t(layer)], int64_ids, tokens, kTopK, kTopK, 1};
+                           moestat::record::cuda::launch_record_topk(
+                               raw.buffers, layer, ids, {nullptr, false, tokens}, stream,
+                               algorithms[choice], launch);
+                         }
+                       }) /
+              kLayers;
+        }
       }
       // Eager: host time to enqueue one hook call.
       recorder.begin_pass(2);
@@ -342,11 +371,13 @@ int main() {
       MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
       std::printf(
           "%s    {\"dtype\": \"%s\", \"tokens\": %ld, \"record_us\": %.4f, "
-          "\"record_off_us\": %.4f, \"begin_end_pass_us\": %.4f, "
+          "\"added_record_us\": %.4f, \"record_off_us\": %.4f, \"begin_end_pass_us\": %.4f, "
           "\"eager_host_us\": %.3f, \"direct_atomics_us\": %.4f, "
-          "\"block_histogram_us\": %.4f}",
-          first_row ? "" : ",\n", int64_ids ? "int64" : "int32", long(tokens), on_us, off_us,
-          pass_us, host_us, algorithm_us[0], algorithm_us[1]);
+          "\"direct_atomics_serialized_us\": %.4f, \"block_histogram_us\": %.4f, "
+          "\"block_histogram_serialized_us\": %.4f}",
+          first_row ? "" : ",\n", int64_ids ? "int64" : "int32", long(tokens), on_us, added_us,
+          off_us, pass_us, host_us, algorithm_us[0][0], algorithm_us[0][1], algorithm_us[1][0],
+          algorithm_us[1][1]);
       first_row = false;
       for (void* buffer : buffers) cudaFree(buffer);
     }

@@ -1,9 +1,40 @@
 // Device helpers shared by the recorder's kernel families.
 #pragma once
 
+#include <utility>
+
+#include "cuda_check.hpp"
 #include "record_kernels.cuh"
 
 namespace moestat::record::cuda::detail {
+
+/// Start of every kernel launched with launch_kernel: lets the next kernel on the stream be
+/// scheduled (it waits for this one's results itself), then waits until the kernels before
+/// this one have finished and their writes are visible. Both are no-ops under an ordinary
+/// launch. Nothing written by an earlier kernel may be read before this call.
+__device__ __forceinline__ void overlap_launch_with_predecessor() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+/// Launches `kernel`, as a programmatic dependent launch when `launch` is kOverlapped
+/// (captured into a graph as a programmatic edge).
+template <typename... Params, typename... Args>
+void launch_kernel(KernelLaunch launch, void (*kernel)(Params...), unsigned blocks,
+                   unsigned threads, std::size_t shared_bytes, cudaStream_t stream,
+                   Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = launch == KernelLaunch::kOverlapped ? 1 : 0;
+  MOESTAT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 /// Rows of an IdMatrix that are real tokens, clamped to [0, num_rows].
 __device__ __forceinline__ long long load_valid_rows(const ValidCount& valid, long long num_rows) {

@@ -18,6 +18,7 @@ template <typename Count>
 __global__ void record_local_counts_kernel(DeviceBuffers buffers, long long layer,
                                            const Count* local_counts, long long num_local,
                                            long long first_physical_expert) {
+  detail::overlap_launch_with_predecessor();
   const long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const Count count = j < num_local ? local_counts[j] : Count(0);  // overlaps the flag load
   if (buffers.state->recording == 0) return;
@@ -159,15 +160,18 @@ void launch_record_local_counts(const DeviceBuffers& buffers, std::int64_t layer
                                 std::int64_t num_local_experts, std::int64_t first_physical_expert,
                                 cudaStream_t stream) {
   const auto blocks = unsigned((num_local_experts + kLocalThreads - 1) / kLocalThreads);
+  const long long layer_index = layer;
+  const long long num_local = num_local_experts;
+  const long long first = first_physical_expert;
   if (counts_int64) {
-    record_local_counts_kernel<long long><<<blocks, kLocalThreads, 0, stream>>>(
-        buffers, layer, static_cast<const long long*>(counts), num_local_experts,
-        first_physical_expert);
+    detail::launch_kernel(KernelLaunch::kOverlapped, record_local_counts_kernel<long long>, blocks,
+                          kLocalThreads, 0, stream, buffers, layer_index,
+                          static_cast<const long long*>(counts), num_local, first);
   } else {
-    record_local_counts_kernel<int><<<blocks, kLocalThreads, 0, stream>>>(
-        buffers, layer, static_cast<const int*>(counts), num_local_experts, first_physical_expert);
+    detail::launch_kernel(KernelLaunch::kOverlapped, record_local_counts_kernel<int>, blocks,
+                          kLocalThreads, 0, stream, buffers, layer_index,
+                          static_cast<const int*>(counts), num_local, first);
   }
-  MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cudaStream_t stream) {

@@ -33,6 +33,13 @@ struct ValidCount {
 /// How record_topk's histogram is computed (bench/gpu measures each; kAuto picks by size).
 enum class TopkAlgorithm { kAuto, kDirectAtomics, kBlockHistogram };
 
+/// How a record kernel is launched after the kernel before it on the stream.
+/// - kOverlapped: programmatic dependent launch (sm_90+). The GPU schedules the kernel while
+///   its predecessor finishes; the kernel waits on the device for the predecessor's results
+///   before its first load, so its launch latency leaves the stream's critical path.
+/// - kSerialized: an ordinary launch (bench/gpu measures both).
+enum class KernelLaunch { kOverlapped, kSerialized };
+
 /// Latches the control block (recording flag, placement) for the pass and applies a
 /// pending reset. One small block.
 void launch_begin_pass(const DeviceBuffers& buffers, std::int64_t pass_id, cudaStream_t stream);
@@ -41,7 +48,8 @@ void launch_begin_pass(const DeviceBuffers& buffers, std::int64_t pass_id, cudaS
 /// [0, P) other than -1 go to the slot's dropped tally. Exits at once when not recording.
 void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const IdMatrix& ids,
                         const ValidCount& valid, cudaStream_t stream,
-                        TopkAlgorithm algorithm = TopkAlgorithm::kAuto);
+                        TopkAlgorithm algorithm = TopkAlgorithm::kAuto,
+                        KernelLaunch launch = KernelLaunch::kOverlapped);
 
 /// Adds counts[0, num_local_experts) (int32 or int64; DeepEP low-latency masked_m) to
 /// slots [first_physical_expert, first_physical_expert + num_local_experts) of the layer.

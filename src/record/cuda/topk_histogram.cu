@@ -47,6 +47,7 @@ __device__ __forceinline__ bool in_range(Id id, long long num_bins) {
 template <typename Id, bool kContiguous>
 __global__ void __launch_bounds__(kDirectThreads)
     direct_atomics_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
+  detail::overlap_launch_with_predecessor();
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   // NOTE: the id is loaded before the flag is checked: it lies inside the captured batch
   // (padding rows included), and overlapping the loads is what makes this kernel cheap.
@@ -84,6 +85,7 @@ template <typename Id, bool kVectorLoads>
 __global__ void __launch_bounds__(kBlockThreads)
     block_histogram_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
   extern __shared__ int histograms[];  // [kBlockWarps, P]
+  detail::overlap_launch_with_predecessor();
   const long long num_bins = buffers.num_physical_experts;
   const long long batch_ids = ids.num_rows * ids.num_columns;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -165,7 +167,8 @@ bool is_aligned(const void* pointer, std::size_t alignment) {
 
 template <typename Id>
 void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix& ids,
-                  const ValidCount& valid, TopkAlgorithm algorithm, cudaStream_t stream) {
+                  const ValidCount& valid, TopkAlgorithm algorithm, KernelLaunch launch,
+                  cudaStream_t stream) {
   const std::int64_t batch_ids = ids.num_rows * ids.num_columns;
   if (algorithm == TopkAlgorithm::kAuto) {
     algorithm =
@@ -177,12 +180,9 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
         unsigned(std::clamp<std::int64_t>((batch_ids + 31) / 32 * 32, 32, kDirectThreads));
     const auto blocks = unsigned(std::max<std::int64_t>(1, (batch_ids + threads - 1) / threads));
     const bool contiguous = ids.column_stride == 1 && ids.row_stride == ids.num_columns;
-    if (contiguous) {
-      direct_atomics_kernel<Id, true><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
-    } else {
-      direct_atomics_kernel<Id, false><<<blocks, threads, 0, stream>>>(buffers, layer, ids, valid);
-    }
-    MOESTAT_CUDA_CHECK(cudaGetLastError());
+    detail::launch_kernel(
+        launch, contiguous ? direct_atomics_kernel<Id, true> : direct_atomics_kernel<Id, false>,
+        blocks, threads, 0, stream, buffers, layer, ids, valid);
     return;
   }
   const bool vector_loads =
@@ -193,24 +193,20 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
       std::clamp<std::int64_t>((batch_ids + ids_per_block - 1) / ids_per_block, 1, kMaxBlocks));
   const std::size_t shared_bytes =
       std::size_t(kBlockWarps) * std::size_t(buffers.num_physical_experts) * sizeof(int);
-  if (vector_loads) {
-    block_histogram_kernel<Id, true>
-        <<<blocks, kBlockThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
-  } else {
-    block_histogram_kernel<Id, false>
-        <<<blocks, kBlockThreads, shared_bytes, stream>>>(buffers, layer, ids, valid);
-  }
-  MOESTAT_CUDA_CHECK(cudaGetLastError());
+  detail::launch_kernel(
+      launch, vector_loads ? block_histogram_kernel<Id, true> : block_histogram_kernel<Id, false>,
+      blocks, kBlockThreads, shared_bytes, stream, buffers, layer, ids, valid);
 }
 
 }  // namespace
 
 void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const IdMatrix& ids,
-                        const ValidCount& valid, cudaStream_t stream, TopkAlgorithm algorithm) {
+                        const ValidCount& valid, cudaStream_t stream, TopkAlgorithm algorithm,
+                        KernelLaunch launch) {
   if (ids.is_int64) {
-    launch_typed<long long>(buffers, layer, ids, valid, algorithm, stream);
+    launch_typed<long long>(buffers, layer, ids, valid, algorithm, launch, stream);
   } else {
-    launch_typed<int>(buffers, layer, ids, valid, algorithm, stream);
+    launch_typed<int>(buffers, layer, ids, valid, algorithm, launch, stream);
   }
 }
 
