@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <moestat/record/fused_target.hpp>
 #include <moestat/recorder.hpp>
 #include <mutex>
 #include <vector>
@@ -91,6 +92,12 @@ class CudaRecorder final : public Recorder {
   /// per_token mode: blocks until every pass the device has ended is in the trace file.
   /// Call it once the engine's stream has run those passes (e.g. after synchronising it).
   void drain_trace();
+
+  /// For an engine kernel that counts its own routing (moestat/record/cuda_fused.cuh):
+  /// layer `layer` of the open pass, as a kernel parameter. Checks the layer (in range,
+  /// MoE) and the mode (stat, per_pass or decayed; stat_approx takes local counts and
+  /// per_token stages ids through record_topk). Call once; the value serves every pass.
+  FusedRecordTarget fused_target(std::int64_t layer) const;
 
   void start() override;
   void stop() override;

@@ -284,6 +284,30 @@ void CudaRecorder::do_end_pass() {
   MOESTAT_CUDA_CHECK(cudaStreamWaitEvent(stream_, r.trace_join, 0));
 }
 
+FusedRecordTarget CudaRecorder::fused_target(std::int64_t layer) const {
+  const ModelTopology& model = topology();
+  MOESTAT_CHECK(layer >= 0 && layer < model.num_layers,
+                "fused_target: layer {} out of range [0, {})", layer, model.num_layers);
+  MOESTAT_CHECK(model.is_moe(layer), "fused_target: layer {} is a dense layer in the topology",
+                layer);
+  const RecordMode mode = options().mode;
+  MOESTAT_CHECK(
+      mode == RecordMode::kStat || mode == RecordMode::kPerPass || mode == RecordMode::kDecayed,
+      "fused_target: {} mode cannot take ids from an engine kernel; use stat, per_pass "
+      "or decayed",
+      record_mode_name(mode));
+  const cuda::DeviceBuffers& b = resources_->buffers;
+  return FusedRecordTarget{
+      .recording = &b.state->recording,
+      .layer_counts = b.pass_counts + layer * model.num_physical_experts,
+      .copy_stride = model.num_layers * model.num_physical_experts,
+      .num_copies = cuda::kPassCopies,
+      .num_physical_experts = model.num_physical_experts,
+      .dropped_ids = &b.state->pass_dropped,
+      .pass_num_tokens = &b.state->pass_num_tokens,
+  };
+}
+
 void CudaRecorder::drain_trace() {
   MOESTAT_CHECK(options().mode == RecordMode::kPerToken,
                 "drain_trace: the recorder is in {} mode, not per_token",
