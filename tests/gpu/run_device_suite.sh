@@ -2,8 +2,8 @@
 # Runs on a GPU machine: the GPU tests, the same tests under compute-sanitizer (memcheck,
 # racecheck), then the GPU benchmark and its SGLang-style baseline in the same run.
 # Usage: tests/gpu/run_device_suite.sh BIN_DIR OUT_DIR
-#   BIN_DIR holds moestat_gpu_recorder_tests, moestat_bench_gpu and moestat_bench_gpu_fused
-#   (built with nvcc).
+#   BIN_DIR holds moestat_gpu_recorder_tests, moestat_bench_gpu, moestat_bench_gpu_fused
+#   (built with nvcc) and moestat_bench_file_ceiling.
 set -uo pipefail
 bin=$1
 out=$2
@@ -34,4 +34,6 @@ python3 bench/gpu/sglang_style_baseline.py >"$out/sglang_style.json" || status=1
 python3 bench/gpu/make_table.py "$out/moestat_gpu.json" "$out/sglang_style.json" | tee "$out/table.md"
 "$bin/moestat_bench_gpu_fused" >"$out/moestat_gpu_fused.json" || status=1
 python3 bench/gpu/fused_table.py "$out/moestat_gpu_fused.json" | tee "$out/fused_table.md"
+# What the trace writer's file system takes at all, for the per-token drain figure above.
+"$bin/moestat_bench_file_ceiling" | tee "$out/file_ceiling.json" || status=1
 exit $status

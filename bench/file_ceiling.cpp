@@ -1,0 +1,104 @@
+// The ceiling a file system puts on the per-token trace writer: how fast one file in a
+// directory takes 40 writes of 15.2 MB (one DeepSeek-V3-sized pass of 8192 tokens each),
+// through one thread's pwrite (what TraceWriter does) and through 1-16 threads copying into
+// a shared mapping (the fastest way to fill one file from several threads). Prints one JSON
+// document. Usage: moestat_bench_file_ceiling [DIRECTORY] (default /dev/shm).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kPassBytes = 15'204'352;  // 8192 tokens x 58 layers x 8 ids x 4 bytes
+constexpr std::size_t kPasses = 40;
+constexpr std::size_t kTotalBytes = kPassBytes * kPasses;
+
+/// An open file that is removed when the guard goes.
+class ScratchFile {
+ public:
+  explicit ScratchFile(std::filesystem::path path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0644);
+    if (fd_ < 0) throw std::runtime_error("cannot create " + path_.string());
+  }
+  ~ScratchFile() {
+    ::close(fd_);
+    std::filesystem::remove(path_);
+  }
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double pwrite_gb_per_s(const std::filesystem::path& path, const std::vector<char>& pass) {
+  ScratchFile file(path);
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < kPasses; ++i) {
+    if (::pwrite(file.fd(), pass.data(), kPassBytes, off_t(i * kPassBytes)) != off_t(kPassBytes)) {
+      throw std::runtime_error("short write to " + path.string());
+    }
+  }
+  return double(kTotalBytes) / seconds_since(start) / 1e9;
+}
+
+double mapped_gb_per_s(const std::filesystem::path& path, const std::vector<char>& pass,
+                       unsigned threads) {
+  ScratchFile file(path);
+  const auto start = std::chrono::steady_clock::now();
+  if (::ftruncate(file.fd(), off_t(kTotalBytes)) != 0) {
+    throw std::runtime_error("cannot size " + path.string());
+  }
+  void* map = ::mmap(nullptr, kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd(), 0);
+  if (map == MAP_FAILED) throw std::runtime_error("cannot map " + path.string());
+  char* bytes = static_cast<char*>(map);
+  for (std::size_t i = 0; i < kPasses; ++i) {
+    std::vector<std::thread> pool;
+    const std::size_t share = kPassBytes / threads;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::size_t begin = t * share;
+        const std::size_t length = t + 1 == threads ? kPassBytes - begin : share;
+        std::memcpy(bytes + i * kPassBytes + begin, pass.data() + begin, length);
+      });
+    }
+    for (std::thread& thread : pool) thread.join();
+  }
+  const double rate = double(kTotalBytes) / seconds_since(start) / 1e9;
+  ::munmap(map, kTotalBytes);
+  return rate;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::filesystem::path directory = argc > 1 ? argv[1] : "/dev/shm";
+  const auto path = directory / "moestat-file-ceiling.bin";
+  const std::vector<char> pass(kPassBytes, 7);
+  std::printf("{\n  \"directory\": \"%s\",\n  \"pass_mbytes\": %.2f,\n  \"passes\": %zu,\n",
+              directory.c_str(), double(kPassBytes) / 1e6, kPasses);
+  std::printf("  \"pwrite_one_thread_gb_per_s\": %.2f,\n", pwrite_gb_per_s(path, pass));
+  std::printf("  \"mapped_gb_per_s\": {");
+  const char* separator = "";
+  for (unsigned threads : {1u, 2u, 4u, 8u, 16u}) {
+    std::printf("%s\"%u\": %.2f", separator, threads, mapped_gb_per_s(path, pass, threads));
+    separator = ", ";
+  }
+  std::printf("}\n}\n");
+  return 0;
+}
