@@ -219,4 +219,61 @@ void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask
   }
 }
 
+std::string_view statistics_kind_name(StatisticsKind kind) noexcept {
+  switch (kind) {
+    case StatisticsKind::kLogicalCounts:
+      return "logical_count";
+    case StatisticsKind::kPlacement:
+      return "placement";
+    case StatisticsKind::kExpertMask:
+      return "expert_mask";
+  }
+  return "unknown";
+}
+
+StatisticsKind statistics_kind(const StatisticsFile& file) noexcept {
+  return static_cast<StatisticsKind>(file.index());
+}
+
+StatisticsFile read_statistics_file(const std::filesystem::path& path) {
+  const std::string bytes = read_text_file(path);
+  const auto has = [&](std::string_view key) {
+    // Cheap and sufficient: the key names appear verbatim in every format's bytes.
+    return bytes.find(key) != std::string::npos;
+  };
+  switch (detect(bytes)) {
+    case FileFormat::kTrace:
+      MOESTAT_FAIL("{}: a per-token trace is not a statistics file", path.string());
+    case FileFormat::kPt: {
+      const PtValue value = naming(path, [&] { return read_pt(as_bytes(bytes)); });
+      if (value.find("physical_to_logical_map") != nullptr) return read_placement(path);
+      if (value.find(kMaskKey) != nullptr || value.kind() == PtValue::Kind::kTensor) {
+        return read_expert_mask(path);
+      }
+      return read_logical_counts(path);
+    }
+    case FileFormat::kSafetensors:
+    case FileFormat::kJson:
+      break;
+  }
+  if (has("\"physical_to_logical_map\"")) return read_placement(path);
+  if (has(std::string("\"") + std::string(kMaskKey) + "\"")) return read_expert_mask(path);
+  return read_logical_counts(path);
+}
+
+void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file) {
+  std::visit(
+      [&](const auto& value) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, LogicalCounts>) {
+          write_logical_counts(path, value);
+        } else if constexpr (std::is_same_v<T, Placement>) {
+          write_placement(path, value);
+        } else {
+          write_expert_mask(path, value);
+        }
+      },
+      file);
+}
+
 }  // namespace moestat::io

@@ -11,6 +11,7 @@
 #include <moestat/io/sglang.hpp>
 #include <moestat/placement.hpp>
 #include <string_view>
+#include <variant>
 
 namespace moestat::io {
 
@@ -49,5 +50,20 @@ ExpertMask read_expert_mask(const std::filesystem::path& path);
 /// Writes a mask by extension: .pt a bare bool tensor [L, E], .json and .safetensors under
 /// "gpu_experts_masks".
 void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask);
+
+/// Whatever statistics file a path holds; the alternative index follows StatisticsKind.
+using StatisticsFile = std::variant<LogicalCounts, Placement, ExpertMask>;
+enum class StatisticsKind : std::uint8_t { kLogicalCounts, kPlacement, kExpertMask };
+/// "logical_count", "placement" or "expert_mask".
+std::string_view statistics_kind_name(StatisticsKind kind) noexcept;
+StatisticsKind statistics_kind(const StatisticsFile& file) noexcept;
+
+/// Reads any of the files above, the format detected from the contents and the kind from
+/// the keys: "physical_to_logical_map" is a placement, "gpu_experts_masks" (or a bare bool
+/// tensor in a .pt) a mask, anything else is read as logical counts. Errors start with the
+/// path.
+StatisticsFile read_statistics_file(const std::filesystem::path& path);
+/// Writes it in the format of the path's extension, as the write_* functions above.
+void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file);
 
 }  // namespace moestat::io
