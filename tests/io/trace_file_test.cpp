@@ -6,6 +6,9 @@
 
 #include "io/test_support.hpp"
 
+// After gtest (test_support.hpp), which rapidcheck's gtest glue needs first.
+#include <rapidcheck/gtest.h>
+
 namespace moestat::test {
 namespace {
 
@@ -208,6 +211,42 @@ TEST(TraceFile, ReadsVersionOneAndLongerVersionTwoHeaders) {
   expect_error([] { io::read_trace(bytes_of(hand_made_trace(2, u32(0) + u32(40)))); },
                {"header size 40"});
   expect_error([] { io::read_trace(bytes_of(hand_made_trace(3, ""))); }, {"<memory>", "version 3"});
+}
+
+RC_GTEST_PROP(TraceFileProperty, RandomTracesRoundTripAndEveryPrefixReadsItsCompleteChunks, ()) {
+  const io::TraceHeader header{.num_layers = *rc::gen::inRange<std::int64_t>(1, 4),
+                               .num_logical_experts = 3,
+                               .num_physical_experts = *rc::gen::inRange<std::int64_t>(3, 9),
+                               .top_k = *rc::gen::inRange<std::int64_t>(1, 3)};
+  const std::int64_t token_size = header.num_layers * header.top_k;
+  std::vector<io::TraceChunk> written(*rc::gen::inRange<std::size_t>(0, 5));
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    written[i].pass_id = std::int64_t(i) * 3 - 1;
+    written[i].placement_version = *rc::gen::inRange<std::uint64_t>(0, 3);
+    written[i].ids = *rc::gen::container<std::vector<std::int32_t>>(
+        std::size_t(token_size * *rc::gen::inRange<std::int64_t>(0, 4)),
+        rc::gen::inRange<std::int32_t>(-1, std::int32_t(header.num_physical_experts)));
+  }
+  ScratchDir dir;
+  const auto path = dir.path() / "t.bin";
+  {
+    io::TraceWriter writer(path, header);
+    for (const auto& chunk : written)
+      writer.append(chunk.pass_id, chunk.placement_version, chunk.ids);
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto cut = *rc::gen::inRange<std::size_t>(56, bytes.size() + 1);
+  const io::TraceFile file = io::read_trace(bytes_of(bytes.substr(0, cut)));
+  // The complete chunks, in order, and nothing else.
+  RC_ASSERT(file.chunks.size() <= written.size());
+  RC_ASSERT(!file.truncated || cut < bytes.size());
+  for (std::size_t i = 0; i < file.chunks.size(); ++i) {
+    RC_ASSERT(file.chunks[i].pass_id == written[i].pass_id);
+    RC_ASSERT(file.chunks[i].placement_version == written[i].placement_version);
+    RC_ASSERT(file.chunks[i].ids == written[i].ids);
+  }
+  if (cut == bytes.size()) RC_ASSERT(file.chunks.size() == written.size());
 }
 
 }  // namespace
