@@ -8,6 +8,8 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libzip-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   clang-format
+  # torch interop test (Debian's CPU build; tests skip without it) and libFuzzer targets
+  python3-torch clang libclang-rt-dev
 )
 
 missing=()

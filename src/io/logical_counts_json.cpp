@@ -1,5 +1,6 @@
 // SGLang-style `{"logical_count": [L][E] or [W][L][E]}` files.
 #include <array>
+#include <cmath>
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
@@ -80,9 +81,20 @@ LogicalCounts detail::logical_counts_from_document(const Json& doc) {
   constexpr std::array<std::string_view, 3> kNames{"passes", "layers", "experts"};
   const std::span<const std::string_view> names =
       depth == 3 ? std::span(kNames) : std::span(kNames).subspan(1);
-  out.counts = detail::read_nested_ints(value, "logical_count", shape, names,
-                                        std::numeric_limits<std::int64_t>::min(),
-                                        std::numeric_limits<std::int64_t>::max());
+  // SGLang's published statistics write counts as floats ("12.0"): integral floats are
+  // counts too; 2.5 is not.
+  out.counts = detail::read_nested<std::int64_t>(
+      value, "logical_count", shape, names, [](const Json& element, const std::string& where) {
+        if (element.is_number_float()) {
+          const double number = element.get<double>();
+          constexpr double kLimit = 9223372036854775808.0;  // 2^63
+          if (std::trunc(number) == number && number >= -kLimit && number < kLimit) {
+            return std::int64_t(number);
+          }
+        }
+        return detail::read_int(element, where, std::numeric_limits<std::int64_t>::min(),
+                                std::numeric_limits<std::int64_t>::max());
+      });
   out.window_size = depth == 3 ? shape[0] : 1;
   out.num_layers = shape[std::size_t(depth - 2)];
   out.num_experts = shape[std::size_t(depth - 1)];

@@ -12,6 +12,7 @@
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/trace_file.hpp>
+#include <moestat/tensor_view.hpp>
 #include <vector>
 
 namespace moestat::io {
@@ -20,11 +21,15 @@ namespace {
 // NOTE: all integers little-endian; moestat only targets little-endian hosts (x86-64,
 // aarch64), and checks the byte order mark below so a foreign file is refused, not misread.
 constexpr std::array<char, 8> kMagic = {'M', 'O', 'E', 'T', 'R', 'A', 'C', 'E'};
-constexpr std::uint32_t kFormatVersion = 1;
+// Version 2 states the id dtype and the header size; version 1 files (int32 ids, a 48-byte
+// header) are still read.
+constexpr std::uint32_t kFormatVersion = 2;
 constexpr std::uint32_t kByteOrderMark = 0x01020304;
 constexpr std::array<char, 4> kChunkMagic = {'P', 'A', 'S', 'S'};
-// magic, version, byte order, then 4 int64 topology fields
-constexpr std::size_t kHeaderBytes = 8 + 4 + 4 + 4 * 8;
+// magic, version, byte order, 4 int64 topology fields (version 1 ends here), id dtype,
+// header size
+constexpr std::size_t kVersion1HeaderBytes = 8 + 4 + 4 + 4 * 8;
+constexpr std::size_t kHeaderBytes = kVersion1HeaderBytes + 4 + 4;
 // chunk magic, pass id, placement version, token count
 constexpr std::size_t kChunkHeaderBytes = 4 + 8 + 8 + 8;
 
@@ -35,7 +40,7 @@ void put(std::vector<char>& out, T value) {
 }
 
 template <typename T>
-T take(const std::vector<char>& in, std::size_t& offset) {
+T take(std::span<const char> in, std::size_t& offset) {
   T value;
   std::memcpy(&value, in.data() + offset, sizeof value);
   offset += sizeof value;
@@ -58,6 +63,8 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   put(bytes, header.num_logical_experts);
   put(bytes, header.num_physical_experts);
   put(bytes, header.top_k);
+  put(bytes, std::uint32_t(DType::kInt32));
+  put(bytes, std::uint32_t(kHeaderBytes));
   try {
     write_at(bytes.data(), bytes.size(), 0);
   } catch (...) {
@@ -123,27 +130,47 @@ TraceFile read_trace_file(const std::filesystem::path& path) {
   MOESTAT_CHECK(stream.good(), "cannot open trace file {}", path.string());
   const std::vector<char> bytes((std::istreambuf_iterator<char>(stream)),
                                 std::istreambuf_iterator<char>());
-  MOESTAT_CHECK(
-      bytes.size() >= kHeaderBytes && std::equal(kMagic.begin(), kMagic.end(), bytes.begin()),
-      "{} is not a moestat trace file (bad magic or shorter than its header)", path.string());
+  return read_trace(std::as_bytes(std::span<const char>(bytes)), path.string());
+}
+
+TraceFile read_trace(std::span<const std::byte> data, std::string_view name) {
+  const std::span<const char> bytes(reinterpret_cast<const char*>(data.data()), data.size());
+  const std::string path(name);  // the name errors give
+  MOESTAT_CHECK(bytes.size() >= kVersion1HeaderBytes &&
+                    std::equal(kMagic.begin(), kMagic.end(), bytes.begin()),
+                "{} is not a moestat trace file (bad magic or shorter than its header)", path);
   TraceFile out;
   std::size_t offset = kMagic.size();
   const auto version = take<std::uint32_t>(bytes, offset);
-  MOESTAT_CHECK(version == kFormatVersion, "trace {}: format version {} is not supported (want {})",
-                path.string(), version, kFormatVersion);
+  MOESTAT_CHECK(version == 1 || version == kFormatVersion,
+                "trace {}: format version {} is not supported (want 1 or {})", path, version,
+                kFormatVersion);
   MOESTAT_CHECK(take<std::uint32_t>(bytes, offset) == kByteOrderMark,
-                "trace {}: written with another byte order", path.string());
+                "trace {}: written with another byte order", path);
   out.header.num_layers = take<std::int64_t>(bytes, offset);
   out.header.num_logical_experts = take<std::int64_t>(bytes, offset);
   out.header.num_physical_experts = take<std::int64_t>(bytes, offset);
   out.header.top_k = take<std::int64_t>(bytes, offset);
+  if (version >= 2) {
+    MOESTAT_CHECK(bytes.size() >= kHeaderBytes, "trace {}: shorter than its header", path);
+    const auto dtype = take<std::uint32_t>(bytes, offset);
+    MOESTAT_CHECK(dtype == std::uint32_t(DType::kInt32),
+                  "trace {}: id dtype code {} is not supported (want {}, int32)", path, dtype,
+                  std::uint32_t(DType::kInt32));
+    // Chunks start after the header, which a later version may have made longer.
+    const auto header_bytes = take<std::uint32_t>(bytes, offset);
+    MOESTAT_CHECK(header_bytes >= kHeaderBytes && header_bytes <= bytes.size(),
+                  "trace {}: header size {} is outside [{}, file size]", path, header_bytes,
+                  kHeaderBytes);
+    offset = header_bytes;
+  }
   const TraceHeader& header = out.header;
   constexpr std::int64_t kLimit = std::int64_t(1) << 31;
   MOESTAT_CHECK(header.num_layers > 0 && header.num_layers < kLimit && header.top_k > 0 &&
                     header.top_k < kLimit && header.num_physical_experts > 0 &&
                     header.num_physical_experts < kLimit && header.num_logical_experts > 0 &&
                     header.num_logical_experts <= header.num_physical_experts,
-                "trace {}: implausible header (L={}, top_k={}, P={}, E={})", path.string(),
+                "trace {}: implausible header (L={}, top_k={}, P={}, E={})", path,
                 header.num_layers, header.top_k, header.num_physical_experts,
                 header.num_logical_experts);
   const auto token_bytes = std::uint64_t(header.num_layers * header.top_k) * sizeof(std::int32_t);
@@ -159,14 +186,14 @@ TraceFile read_trace_file(const std::filesystem::path& path) {
     }
     MOESTAT_CHECK(
         std::equal(kChunkMagic.begin(), kChunkMagic.end(), bytes.begin() + std::ptrdiff_t(offset)),
-        "trace {}: no chunk marker at byte {}", path.string(), offset);
+        "trace {}: no chunk marker at byte {}", path, offset);
     offset += kChunkMagic.size();
     TraceChunk chunk;
     chunk.pass_id = take<std::int64_t>(bytes, offset);
     chunk.placement_version = take<std::uint64_t>(bytes, offset);
     const auto num_tokens = take<std::int64_t>(bytes, offset);
-    MOESTAT_CHECK(num_tokens >= 0, "trace {}: negative token count {} at byte {}", path.string(),
-                  num_tokens, offset - 8);
+    MOESTAT_CHECK(num_tokens >= 0, "trace {}: negative token count {} at byte {}", path, num_tokens,
+                  offset - 8);
     const std::uint64_t remaining = bytes.size() - offset;
     if (std::uint64_t(num_tokens) > remaining / token_bytes) {
       out.truncated = true;  // the writer died inside this chunk
@@ -178,7 +205,7 @@ TraceFile read_trace_file(const std::filesystem::path& path) {
     offset += payload;
     for (std::int32_t id : chunk.ids) {
       MOESTAT_CHECK(id >= -1 && id < header.num_physical_experts,
-                    "trace {}: id {} outside [-1, {}) in pass {}", path.string(), id,
+                    "trace {}: id {} outside [-1, {}) in pass {}", path, id,
                     header.num_physical_experts, chunk.pass_id);
     }
     out.chunks.push_back(std::move(chunk));

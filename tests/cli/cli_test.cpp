@@ -7,6 +7,9 @@
 #include <cctype>
 #include <fstream>
 #include <moestat/io/json.hpp>
+#include <moestat/io/pt.hpp>
+#include <moestat/io/statistics.hpp>
+#include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -87,12 +90,13 @@ TEST(Cli, HelpListsEverySubcommandWithADescription) {
   EXPECT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(contains(run.out, "Usage: moestat")) << run.out;
   EXPECT_TRUE(has_line(run.out, "  demo ", "Record a built-in")) << run.out;
-  EXPECT_TRUE(has_line(run.out, "  inspect ", "Say what a JSON file is")) << run.out;
+  EXPECT_TRUE(has_line(run.out, "  inspect ", "Say what a file is")) << run.out;
+  EXPECT_TRUE(has_line(run.out, "  convert ", "Convert logical counts")) << run.out;
   EXPECT_TRUE(contains(run.out, "--version"));
 }
 
 TEST(Cli, EverySubcommandHelpHasAnExample) {
-  for (const char* name : {"demo", "inspect"}) {
+  for (const char* name : {"demo", "inspect", "convert"}) {
     SCOPED_TRACE(name);
     const CliRun run = run_cli(std::string(name) + " --help");
     EXPECT_EQ(run.code, 0);
@@ -108,7 +112,8 @@ TEST(Cli, UsageErrorsExitTwo) {
        {std::string("frobnicate"), std::string(""), std::string("--bogus"), std::string("inspect"),
         std::string("inspect a.json --bogus"), std::string("inspect a.json --top 0"),
         std::string("demo"), "demo --passes 0 " + out, "demo --passes 1001 " + out,
-        "demo --passes many " + out, "demo --seed -1 " + out}) {
+        "demo --passes many " + out, "demo --seed -1 " + out, std::string("convert"),
+        std::string("convert a.json"), std::string("convert a.json b.pt c.pt")}) {
     SCOPED_TRACE(args);
     const CliRun run = run_cli(args);
     EXPECT_EQ(run.code, 2) << run.out << run.err;
@@ -426,6 +431,106 @@ TEST(CliDemo, UnwritableOutputExitsOneNamingThePath) {
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(contains(run.err, "moestat: error: ")) << run.err;
   EXPECT_TRUE(contains(run.err, out.string())) << run.err;
+}
+
+// ---- convert, and inspect of binary formats ----
+
+TEST(CliConvert, CountsAndPlacementsRoundTripThroughEveryFormat) {
+  ScratchDir dir;
+  const auto counts = dir.path() / "counts.json";
+  const auto placement = dir.path() / "placement.json";
+  io::write_file_atomically(counts, io::snapshot_to_json(small_snapshot()));
+  std::ofstream(placement) << R"({"physical_to_logical_map": [[0, 1, 2, 0, 1], [2, 0, 2, 1, 2]]})";
+  for (const auto& [in, stem] : {std::pair(counts, "c"), std::pair(placement, "p")}) {
+    auto from = in;
+    for (const char* extension : {".pt", ".safetensors", ".json"}) {
+      const auto to = dir.path() / (std::string(stem) + "-out" + extension);
+      const CliRun run = run_cli("convert " + quoted(from) + " " + quoted(to));
+      ASSERT_EQ(run.code, 0) << run.out << run.err;
+      EXPECT_TRUE(contains(run.out, "wrote " + to.string())) << run.out;
+      from = to;
+    }
+    // The last hop wrote JSON again: equal to what the input says.
+    if (stem == std::string("c")) {
+      EXPECT_EQ(io::read_logical_counts(from), io::logical_counts_of(small_snapshot()));
+    } else {
+      EXPECT_TRUE(io::read_placement(from).same_maps(io::read_placement(placement)));
+    }
+  }
+}
+
+TEST(CliConvert, BadInputOrOutputExitsOneAndWritesNothing) {
+  ScratchDir dir;
+  const auto placement = dir.path() / "placement.json";
+  std::ofstream(placement) << R"({"physical_to_logical_map": [[0, 1]]})";
+  const CliRun extension =
+      run_cli("convert " + quoted(placement) + " " + quoted(dir.path() / "out.txt"));
+  EXPECT_EQ(extension.code, 1);
+  EXPECT_TRUE(contains(extension.err, "unknown extension \".txt\"")) << extension.err;
+  const CliRun missing = run_cli("convert " + quoted(dir.path() / "absent.pt") + " " +
+                                 quoted(dir.path() / "out.json"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_TRUE(contains(missing.err, "absent.pt")) << missing.err;
+  const CliRun unwritable =
+      run_cli("convert " + quoted(placement) + " " + quoted(dir.path() / "no" / "out.pt"));
+  EXPECT_EQ(unwritable.code, 1);
+  EXPECT_TRUE(contains(unwritable.err, "cannot write")) << unwritable.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"placement.json"});
+}
+
+TEST(CliInspect, TorchFileListsItsContentsAndSummarisesTheStatistics) {
+  ScratchDir dir;
+  const auto path = dir.path() / "dump.pt";
+  io::write_logical_counts(path, io::logical_counts_of(small_snapshot()));
+  const CliRun text = run_cli("inspect " + quoted(path));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "kind:        SGLang logical_count")) << text.out;
+  EXPECT_TRUE(contains(text.out, "format:      torch .pt")) << text.out;
+  EXPECT_TRUE(contains(text.out, "[\"logical_count\"]: tensor int32 [2, 3, 4] on cpu")) << text.out;
+  const CliRun json = run_cli("inspect --json " + quoted(path));
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc.at("format"), "pt");
+  EXPECT_EQ(doc.at("kind"), "logical_count");
+  EXPECT_EQ(doc.at("total_assignments"), 27);
+  EXPECT_EQ(doc.at("contents").at("[\"rank\"]"), "int 0");
+}
+
+TEST(CliInspect, OtherTorchFilesAndSafetensorsAndMasks) {
+  ScratchDir dir;
+  io::write_pt_file(dir.path() / "other.pt", io::PtValue(io::PtList{io::PtValue(1)}));
+  const CliRun other = run_cli("inspect --json " + quoted(dir.path() / "other.pt"));
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(nlohmann::json::parse(other.out).at("kind"), "other");
+  io::write_expert_mask(dir.path() / "mask.safetensors", {2, 2, {1, 0, 1, 1}});
+  const CliRun mask = run_cli("inspect " + quoted(dir.path() / "mask.safetensors"));
+  ASSERT_EQ(mask.code, 0) << mask.err;
+  EXPECT_TRUE(contains(mask.out, "on GPU:      3 of 4 experts (1 to 2 per layer)")) << mask.out;
+  EXPECT_TRUE(contains(mask.out, "gpu_experts_masks: tensor bool [2, 2] on cpu")) << mask.out;
+  io::write_expert_mask(dir.path() / "mask.json", {2, 2, {1, 0, 1, 1}});
+  EXPECT_EQ(nlohmann::json::parse(run_cli("inspect --json " + quoted(dir.path() / "mask.json")).out)
+                .at("experts_on_gpu"),
+            3);
+}
+
+TEST(CliInspect, TraceFileEvenWhileBeingWritten) {
+  ScratchDir dir;
+  const auto path = dir.path() / "trace.bin";
+  io::TraceWriter writer(
+      path, {.num_layers = 2, .num_logical_experts = 3, .num_physical_experts = 4, .top_k = 1});
+  const std::vector<std::int32_t> ids = {0, 3, 1, -1};
+  writer.append(7, 2, ids);
+  writer.append(8, 2, std::span(ids).first(2));
+  const CliRun text = run_cli("inspect " + quoted(path));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "kind:        per-token trace")) << text.out;
+  EXPECT_TRUE(contains(text.out, "passes:      2 (pass ids 7..8)")) << text.out;
+  EXPECT_TRUE(contains(text.out, "tokens:      3")) << text.out;
+  std::ofstream(path, std::ios::app) << "PASS";  // a chunk header cut short
+  const auto doc = nlohmann::json::parse(run_cli("inspect --json " + quoted(path)).out);
+  EXPECT_EQ(doc.at("format"), "trace");
+  EXPECT_EQ(doc.at("truncated"), true);
+  EXPECT_EQ(doc.at("num_tokens"), 3);
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 
 #include "io/test_support.hpp"
 
+// After gtest (test_support.hpp), which rapidcheck's gtest glue needs first.
+#include <rapidcheck/gtest.h>
+
 namespace moestat::test {
 namespace {
 
@@ -152,6 +155,98 @@ TEST(TraceFile, RefusesImplausibleHeadersAndPartialTokens) {
   expect_error([&] { writer.append(0, 0, partial); }, {"whole number of tokens"});
   expect_error([&] { io::TraceWriter(dir.path() / "no-such-dir" / "z.bin", kHeader); },
                {"cannot create trace file"});
+}
+
+/// A trace laid out by hand: magic, `version`, byte order, L=1 E=2 P=2 k=1, then `extra`
+/// header bytes, then one chunk of pass 5 holding ids {1, 0}.
+std::string hand_made_trace(std::uint32_t version, const std::string& extra) {
+  std::string out = "MOETRACE";
+  auto put = [&out](auto value) {
+    out.append(reinterpret_cast<const char*>(&value), sizeof value);
+  };
+  put(version);
+  put(std::uint32_t(0x01020304));
+  for (std::int64_t field : {1, 2, 2, 1}) put(field);
+  out += extra;
+  out += "PASS";
+  put(std::int64_t(5));
+  put(std::uint64_t(9));
+  put(std::int64_t(2));
+  put(std::int32_t(1));
+  put(std::int32_t(0));
+  return out;
+}
+
+std::span<const std::byte> bytes_of(const std::string& text) {
+  return std::as_bytes(std::span<const char>(text.data(), text.size()));
+}
+
+std::string u32(std::uint32_t value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+TEST(TraceFile, HeaderStatesIdDtypeAndItsOwnSize) {
+  ScratchDir dir;
+  { io::TraceWriter writer(dir.path() / "t.bin", kHeader); }
+  std::ifstream in(dir.path() / "t.bin", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), 56u);
+  EXPECT_EQ(bytes.substr(8, 4), u32(2));    // version
+  EXPECT_EQ(bytes.substr(48, 4), u32(0));   // ids are int32 (DType code 0)
+  EXPECT_EQ(bytes.substr(52, 4), u32(56));  // chunks start at byte 56
+}
+
+TEST(TraceFile, ReadsVersionOneAndLongerVersionTwoHeaders) {
+  const io::TraceFile v1 = io::read_trace(bytes_of(hand_made_trace(1, "")));
+  ASSERT_EQ(v1.chunks.size(), 1u);
+  EXPECT_EQ(v1.chunks[0].ids, (std::vector<std::int32_t>{1, 0}));
+  EXPECT_EQ(v1.chunks[0].placement_version, 9u);
+  // A later writer may append header fields: the header size says where chunks start.
+  const io::TraceFile v2 =
+      io::read_trace(bytes_of(hand_made_trace(2, u32(0) + u32(64) + std::string(8, 'x'))));
+  ASSERT_EQ(v2.chunks.size(), 1u);
+  EXPECT_EQ(v2.chunks[0].pass_id, 5);
+  expect_error([] { io::read_trace(bytes_of(hand_made_trace(2, u32(1) + u32(56)))); },
+               {"id dtype code 1"});
+  expect_error([] { io::read_trace(bytes_of(hand_made_trace(2, u32(0) + u32(40)))); },
+               {"header size 40"});
+  expect_error([] { io::read_trace(bytes_of(hand_made_trace(3, ""))); }, {"<memory>", "version 3"});
+}
+
+RC_GTEST_PROP(TraceFileProperty, RandomTracesRoundTripAndEveryPrefixReadsItsCompleteChunks, ()) {
+  const io::TraceHeader header{.num_layers = *rc::gen::inRange<std::int64_t>(1, 4),
+                               .num_logical_experts = 3,
+                               .num_physical_experts = *rc::gen::inRange<std::int64_t>(3, 9),
+                               .top_k = *rc::gen::inRange<std::int64_t>(1, 3)};
+  const std::int64_t token_size = header.num_layers * header.top_k;
+  std::vector<io::TraceChunk> written(*rc::gen::inRange<std::size_t>(0, 5));
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    written[i].pass_id = std::int64_t(i) * 3 - 1;
+    written[i].placement_version = *rc::gen::inRange<std::uint64_t>(0, 3);
+    written[i].ids = *rc::gen::container<std::vector<std::int32_t>>(
+        std::size_t(token_size * *rc::gen::inRange<std::int64_t>(0, 4)),
+        rc::gen::inRange<std::int32_t>(-1, std::int32_t(header.num_physical_experts)));
+  }
+  ScratchDir dir;
+  const auto path = dir.path() / "t.bin";
+  {
+    io::TraceWriter writer(path, header);
+    for (const auto& chunk : written)
+      writer.append(chunk.pass_id, chunk.placement_version, chunk.ids);
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto cut = *rc::gen::inRange<std::size_t>(56, bytes.size() + 1);
+  const io::TraceFile file = io::read_trace(bytes_of(bytes.substr(0, cut)));
+  // The complete chunks, in order, and nothing else.
+  RC_ASSERT(file.chunks.size() <= written.size());
+  RC_ASSERT(!file.truncated || cut < bytes.size());
+  for (std::size_t i = 0; i < file.chunks.size(); ++i) {
+    RC_ASSERT(file.chunks[i].pass_id == written[i].pass_id);
+    RC_ASSERT(file.chunks[i].placement_version == written[i].placement_version);
+    RC_ASSERT(file.chunks[i].ids == written[i].ids);
+  }
+  if (cut == bytes.size()) RC_ASSERT(file.chunks.size() == written.size());
 }
 
 }  // namespace

@@ -1,16 +1,21 @@
-// `moestat inspect FILE [--json]`: says what a JSON file is and summarises it.
+// `moestat inspect FILE [--json]`: says what a file is (JSON, .pt, safetensors, trace) and
+// summarises it.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <moestat/io/json.hpp>
+#include <moestat/io/statistics.hpp>
+#include <moestat/io/trace_file.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
+#include "describe_value.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -131,9 +136,10 @@ class InspectCommand final : public Command {
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* sub = app.add_subcommand(
         "inspect",
-        "Say what a JSON file is (moestat snapshot, SGLang logical_count, placement) and "
-        "summarise it");
-    sub->add_option("FILE", path_, "The JSON file to inspect")->required();
+        "Say what a file is (moestat snapshot, SGLang logical_count or dump, placement, GPU "
+        "expert mask, per-token trace; JSON, .pt or safetensors) and summarise it");
+    sub->add_option("FILE", path_, "The file to inspect (format detected from its contents)")
+        ->required();
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
     sub->add_option("--top", num_hottest_, "Hottest experts to list per layer")
         ->check(CLI::Range(1, 1000000))
@@ -143,21 +149,41 @@ class InspectCommand final : public Command {
         "Example:\n"
         "  moestat demo --out demo-out\n"
         "  moestat inspect demo-out/snapshot.json\n"
-        "  moestat inspect --json demo-out/logical_count.json");
+        "  moestat inspect --json demo-out/logical_count.json\n"
+        "  moestat convert demo-out/placement.json placement.pt\n"
+        "  moestat inspect placement.pt");
     return sub;
   }
 
   int run() override {
-    const io::Document document = io::read_document(path_);
+    const io::FileFormat format = io::detect_file_format(path_);
     Json out = Json::object();
     out["file"] = path_;
-    out["kind"] = io::document_kind_name(io::document_kind(document));
-    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
-      inspect(*snapshot, out);
-    } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {
-      inspect(*counts, out);
-    } else {
-      inspect(std::get<Placement>(document), out);
+    out["format"] = io::file_format_name(format);
+    switch (format) {
+      case io::FileFormat::kJson:
+        inspect_json(out);
+        break;
+      case io::FileFormat::kTrace:
+        inspect(io::read_trace_file(path_), out);
+        break;
+      case io::FileFormat::kPt: {
+        const io::PtValue value = io::read_pt_file(path_);
+        inspect_statistics(out);
+        inspect_contents(describe_tree(value, kMaxContentLines), out);
+        break;
+      }
+      case io::FileFormat::kSafetensors: {
+        std::vector<std::pair<std::string, std::string>> lines;
+        const io::SafetensorsFile file = io::read_safetensors_file(path_);
+        for (const auto& [key, value] : file.metadata) {
+          lines.emplace_back("__metadata__[\"" + key + "\"]", "str \"" + value + "\"");
+        }
+        for (const auto& [name, tensor] : file.tensors) lines.emplace_back(name, describe(tensor));
+        inspect_statistics(out);
+        inspect_contents(lines, out);
+        break;
+      }
     }
     if (json_) fmt::print("{}\n", out.dump(2, ' ', false, Json::error_handler_t::replace));
     return kExitOk;
@@ -322,6 +348,133 @@ class InspectCommand final : public Command {
       }
       fmt::print("{}\n", lines[i]);
     }
+  }
+
+  static constexpr std::size_t kMaxContentLines = 200;
+
+  void inspect_json(Json& out) const {
+    io::Document document;
+    try {
+      document = io::read_document(path_);
+    } catch (const Error&) {
+      // Not a document: perhaps an expert mask; otherwise the document error says why.
+      const std::exception_ptr why = std::current_exception();
+      std::optional<io::ExpertMask> mask;
+      try {
+        const io::StatisticsFile file = io::read_statistics_file(path_);
+        if (const auto* found = std::get_if<io::ExpertMask>(&file)) mask = *found;
+      } catch (const Error&) {
+      }
+      if (!mask) std::rethrow_exception(why);
+      out["kind"] = "expert_mask";
+      inspect(*mask, out);
+      return;
+    }
+    out["kind"] = io::document_kind_name(io::document_kind(document));
+    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
+      inspect(*snapshot, out);
+    } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {
+      inspect(*counts, out);
+    } else {
+      inspect(std::get<Placement>(document), out);
+    }
+  }
+
+  /// What a .pt or safetensors file holds, key by key.
+  void inspect_contents(const std::vector<std::pair<std::string, std::string>>& lines,
+                        Json& out) const {
+    Json contents = Json::object();
+    for (const auto& [path, description] : lines) contents[path] = description;
+    out["contents"] = std::move(contents);
+    if (json_) return;
+    fmt::print("format:      {}\n", out["format"].get<std::string>() == "pt"
+                                        ? "torch .pt (zip + pickle)"
+                                        : "safetensors");
+    fmt::print("contents:\n");
+    for (const auto& [path, description] : lines) fmt::print("  {}: {}\n", path, description);
+    if (lines.size() >= kMaxContentLines) fmt::print("  ... (first {} shown)\n", lines.size());
+  }
+
+  /// The summary of the statistics a binary file holds, when it holds any.
+  void inspect_statistics(Json& out) const {
+    io::StatisticsFile file;
+    try {
+      file = io::read_statistics_file(path_);
+    } catch (const Error& error) {
+      out["kind"] = "other";
+      out["not_statistics"] = error.message();
+      if (!json_) {
+        fmt::print("file:        {}\n", path_);
+        fmt::print("kind:        no moestat statistics ({})\n", error.message());
+      }
+      return;
+    }
+    out["kind"] = io::statistics_kind_name(io::statistics_kind(file));
+    if (const auto* counts = std::get_if<io::LogicalCounts>(&file)) {
+      inspect(*counts, out);
+    } else if (const auto* placement = std::get_if<Placement>(&file)) {
+      inspect(*placement, out);
+    } else {
+      inspect(std::get<io::ExpertMask>(file), out);
+    }
+  }
+
+  void inspect(const io::ExpertMask& mask, Json& out) const {
+    Json layers = Json::array();
+    std::int64_t total = 0;
+    std::int64_t least = mask.num_experts;
+    std::int64_t most = 0;
+    for (std::int64_t layer = 0; layer < mask.num_layers; ++layer) {
+      const auto row = mask.on_gpu.begin() + layer * mask.num_experts;
+      const std::int64_t on_gpu = std::count(row, row + mask.num_experts, std::uint8_t{1});
+      layers.push_back({{"layer", layer}, {"on_gpu", on_gpu}});
+      total += on_gpu;
+      least = std::min(least, on_gpu);
+      most = std::max(most, on_gpu);
+    }
+    out["num_layers"] = mask.num_layers;
+    out["num_experts"] = mask.num_experts;
+    out["experts_on_gpu"] = total;
+    out["layers"] = std::move(layers);
+    if (json_) return;
+    fmt::print("file:        {}\n", path_);
+    fmt::print("kind:        GPU expert mask (gpu_experts_masks)\n");
+    fmt::print("shape:       {} layers x {} experts\n", mask.num_layers, mask.num_experts);
+    fmt::print("on GPU:      {} of {} experts ({} to {} per layer)\n", total,
+               mask.num_layers * mask.num_experts, least, most);
+  }
+
+  void inspect(const io::TraceFile& trace, Json& out) const {
+    const io::TraceHeader& h = trace.header;
+    std::set<std::uint64_t> versions;
+    for (const io::TraceChunk& chunk : trace.chunks) versions.insert(chunk.placement_version);
+    out["kind"] = "trace";
+    out["num_layers"] = h.num_layers;
+    out["num_logical_experts"] = h.num_logical_experts;
+    out["num_physical_experts"] = h.num_physical_experts;
+    out["top_k"] = h.top_k;
+    out["num_chunks"] = trace.chunks.size();
+    out["num_tokens"] = trace.num_tokens();
+    out["truncated"] = trace.truncated;
+    out["placement_versions"] = versions;
+    if (json_) return;
+    fmt::print("file:        {}\n", path_);
+    fmt::print("kind:        per-token trace\n");
+    fmt::print("shape:       {} layers x top-{} physical ids; {} logical experts ({} physical)\n",
+               h.num_layers, h.top_k, h.num_logical_experts, h.num_physical_experts);
+    if (trace.chunks.empty()) {
+      fmt::print("passes:      none\n");
+    } else {
+      fmt::print("passes:      {} (pass ids {}..{})\n", trace.chunks.size(),
+                 trace.chunks.front().pass_id, trace.chunks.back().pass_id);
+      fmt::print("placement:   version{} {}\n", versions.size() == 1 ? "" : "s",
+                 fmt::join(versions, ", "));
+    }
+    fmt::print("tokens:      {}\n", trace.num_tokens());
+    fmt::print("complete:    {}\n", trace.truncated
+                                        ? "no: the file ends inside a chunk (being written, or "
+                                          "cut short); complete chunks shown"
+                                        : "yes");
   }
 
   std::string path_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace moestat::io {
@@ -69,5 +70,7 @@ struct TraceFile {
 /// Reads a trace file; a bad header or an impossible chunk size is a moestat::Error naming
 /// the file and the offset. Sizes are checked against the file before any allocation.
 TraceFile read_trace_file(const std::filesystem::path& path);
+/// Reads a trace held in memory; `name` stands for the file in error messages.
+TraceFile read_trace(std::span<const std::byte> bytes, std::string_view name = "<memory>");
 
 }  // namespace moestat::io

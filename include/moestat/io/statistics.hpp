@@ -1,0 +1,69 @@
+// Loading and saving statistics, placements and masks in any format moestat knows, chosen
+// by the file name's extension: what the planners, the report and the CLI call.
+//
+//   io::LogicalCounts counts = io::read_logical_counts("expert_distribution_recorder_1.0.pt");
+//   io::write_placement("placement.json", placement);   // or .pt, for --init-expert-location
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <moestat/io/json.hpp>
+#include <moestat/io/sglang.hpp>
+#include <moestat/placement.hpp>
+#include <string_view>
+#include <variant>
+
+namespace moestat::io {
+
+/// What a file holds, detected from its first bytes (not its name).
+enum class FileFormat : std::uint8_t { kJson, kPt, kSafetensors, kTrace };
+/// "json", "pt", "safetensors" or "trace".
+std::string_view file_format_name(FileFormat format) noexcept;
+/// A zip signature is .pt, "MOETRACE" a trace, a little-endian size followed by '{' is
+/// safetensors, anything else is taken for JSON. moestat::Error when it cannot be read.
+FileFormat detect_file_format(const std::filesystem::path& path);
+/// The format a path's extension names (.json, .pt / .pth, .safetensors); moestat::Error
+/// naming the path for any other extension.
+FileFormat format_of_extension(const std::filesystem::path& path);
+
+/// Logical counts [W, L, E] (W = 1 and has_window_axis = false for an [L, E] file) from:
+///  - .json: a moestat snapshot (its window), or {"logical_count": ...} as SGLang writes;
+///  - .pt: an SGLang stat, per-pass or per-token dump (logical_counts_from_pt);
+///  - .safetensors: a tensor "logical_count", integer, [L, E] or [W, L, E].
+/// The format is detected from the contents; errors start with the path.
+LogicalCounts read_logical_counts(const std::filesystem::path& path);
+/// Writes counts by extension: .json {"logical_count"}, .pt an SGLang stat dump (rank 0,
+/// no utilisation rate), .safetensors a tensor "logical_count" (int32, int64 if a count
+/// needs it) with metadata {"format": "moestat.logical_count"}. Atomic.
+void write_logical_counts(const std::filesystem::path& path, const LogicalCounts& counts);
+
+/// A placement from .json, .pt ({"physical_to_logical_map"}) or .safetensors (a tensor
+/// "physical_to_logical_map"); E and version as placement_from_json.
+Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts = 0,
+                         std::uint64_t version = 0);
+/// Writes {"physical_to_logical_map": [L, P]} by extension (.json, .pt, .safetensors).
+void write_placement(const std::filesystem::path& path, const Placement& placement);
+
+/// An expert mask from .json ({"gpu_experts_masks": [[bool]]}), .pt (a bool tensor, bare or
+/// under "gpu_experts_masks") or .safetensors (tensor "gpu_experts_masks").
+ExpertMask read_expert_mask(const std::filesystem::path& path);
+/// Writes a mask by extension: .pt a bare bool tensor [L, E], .json and .safetensors under
+/// "gpu_experts_masks".
+void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask);
+
+/// Whatever statistics file a path holds; the alternative index follows StatisticsKind.
+using StatisticsFile = std::variant<LogicalCounts, Placement, ExpertMask>;
+enum class StatisticsKind : std::uint8_t { kLogicalCounts, kPlacement, kExpertMask };
+/// "logical_count", "placement" or "expert_mask".
+std::string_view statistics_kind_name(StatisticsKind kind) noexcept;
+StatisticsKind statistics_kind(const StatisticsFile& file) noexcept;
+
+/// Reads any of the files above, the format detected from the contents and the kind from
+/// the keys: "physical_to_logical_map" is a placement, "gpu_experts_masks" (or a bare bool
+/// tensor in a .pt) a mask, anything else is read as logical counts. Errors start with the
+/// path.
+StatisticsFile read_statistics_file(const std::filesystem::path& path);
+/// Writes it in the format of the path's extension, as the write_* functions above.
+void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file);
+
+}  // namespace moestat::io

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of the readers with clang (build-fuzz/), writes their seed
+# corpora with moestat's own writers, and fuzzes each target in turn.
+#   scripts/fuzz.sh                      a smoke run: 20000 inputs per target (CI)
+#   scripts/fuzz.sh -max_total_time=600  ten minutes per target; any libFuzzer flags
+# Corpora grow in build-fuzz/corpus/<target>; a crash leaves its input in build-fuzz/ and
+# fails the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+flags=("$@")
+if ((${#flags[@]} == 0)); then flags=(-runs=20000); fi
+
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMOESTAT_BUILD_FUZZERS=ON -DMOESTAT_ENABLE_CUDA=OFF -DMOESTAT_BUILD_TESTS=OFF \
+  -DMOESTAT_BUILD_BENCH=OFF >/dev/null
+cmake --build build-fuzz --target pt_fuzzer safetensors_fuzzer json_fuzzer trace_fuzzer \
+  make_fuzz_seeds
+
+seeds=build-fuzz/seeds
+rm -rf "$seeds"
+build-fuzz/tests/fuzz/make_fuzz_seeds "$seeds"
+cp tests/io/fixtures/*.pt "$seeds/pt/"
+
+for target in pt safetensors json trace; do
+  corpus=build-fuzz/corpus/$target
+  mkdir -p "$corpus"
+  echo "fuzz: $target ${flags[*]}"
+  # -rss_limit_mb: a reader that allocates far beyond its input fails the run.
+  (cd build-fuzz && "tests/fuzz/${target}_fuzzer" -rss_limit_mb=2048 -timeout=10 \
+    -print_final_stats=1 "${flags[@]}" "corpus/$target" "seeds/$target")
+done

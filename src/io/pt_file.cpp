@@ -1,0 +1,101 @@
+// torch .pt files: the zip container around the pickle (docs/formats.md).
+#include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
+#include <moestat/io/pt.hpp>
+#include <unordered_map>
+
+#include "pickle.hpp"
+#include "zip_archive.hpp"
+
+namespace moestat::io {
+namespace {
+
+// The archive's top-level folder; torch.load accepts any name, torch.save writes "archive".
+constexpr std::string_view kArchiveName = "archive";
+// The serialization format version torch.save writes today (and torch 1.6 on reads).
+constexpr std::string_view kFormatVersion = "3\n";
+
+std::span<const std::byte> as_bytes(std::string_view text) {
+  return std::as_bytes(std::span<const char>(text.data(), text.size()));
+}
+
+/// The folder holding data.pkl: torch names it after the file, or "archive".
+std::string archive_prefix(const detail::ZipReader& zip) {
+  for (const std::string& name : zip.names()) {
+    const std::size_t slash = name.find('/');
+    if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
+      return name.substr(0, slash + 1);
+    }
+  }
+  MOESTAT_FAIL("a zip archive without a data.pkl record is not a torch.save file");
+}
+
+PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limits) {
+  MOESTAT_CHECK(bytes.size() >= 4 && bytes[0] == std::byte{'P'} && bytes[1] == std::byte{'K'},
+                "not a torch .pt file: no zip signature (files of torch.save before torch 1.6, "
+                "or with _use_new_zipfile_serialization=False, are not supported)");
+  const detail::ZipReader zip(bytes);
+  const std::string prefix = archive_prefix(zip);
+  if (zip.contains(prefix + "byteorder")) {
+    const std::vector<std::byte> order = zip.read(prefix + "byteorder", 16);
+    const std::string_view text(reinterpret_cast<const char*>(order.data()), order.size());
+    MOESTAT_CHECK(text == "little", "tensors stored {} endian are not supported", text);
+  }
+  const std::vector<std::byte> pickle = zip.read(prefix + "data.pkl", limits.max_pickle_bytes);
+
+  std::unordered_map<std::string, std::vector<std::byte>> storages;
+  const detail::StorageLoader load = [&](const detail::StorageRef& ref) {
+    auto found = storages.find(ref.key);
+    if (found == storages.end()) {
+      const std::size_t element = dtype_size(ref.dtype);
+      MOESTAT_CHECK(std::uint64_t(ref.numel) <= bytes.size() / element + 1,
+                    "storage {} of {} elements is larger than the file", ref.key, ref.numel);
+      found = storages
+                  .emplace(ref.key,
+                           zip.read(prefix + "data/" + ref.key, std::uint64_t(ref.numel) * element))
+                  .first;
+    }
+    return std::span<const std::byte>(found->second);
+  };
+  detail::UnpickleLimits unpickle_limits;
+  unpickle_limits.max_depth = limits.max_depth;
+  unpickle_limits.max_result_bytes = limits.max_expansion * bytes.size() + (std::size_t(1) << 20);
+  return detail::unpickle(pickle, load, unpickle_limits);
+}
+
+}  // namespace
+
+PtValue read_pt(std::span<const std::byte> bytes, std::string_view name,
+                const PtReadLimits& limits) {
+  try {
+    return read_archive(bytes, limits);
+  } catch (const Error& error) {
+    MOESTAT_FAIL("{}: {}", name, error.message());
+  }
+}
+
+PtValue read_pt_file(const std::filesystem::path& path, const PtReadLimits& limits) {
+  const std::string bytes = read_text_file(path);
+  return read_pt(as_bytes(bytes), path.string(), limits);
+}
+
+std::string pt_to_bytes(const PtValue& value) {
+  std::vector<const HostTensor*> storages;
+  const std::string pickle = detail::pickle(value, storages);
+  const std::string prefix = std::string(kArchiveName) + "/";
+  // The records in torch.save's order: data.pkl, byteorder, the storages, version.
+  std::vector<detail::ZipRecord> records;
+  records.push_back({prefix + "data.pkl", as_bytes(pickle)});
+  records.push_back({prefix + "byteorder", as_bytes("little")});
+  for (std::size_t key = 0; key < storages.size(); ++key) {
+    records.push_back({prefix + "data/" + std::to_string(key), storages[key]->data});
+  }
+  records.push_back({prefix + "version", as_bytes(kFormatVersion)});
+  return detail::zip_archive(records);
+}
+
+void write_pt_file(const std::filesystem::path& path, const PtValue& value) {
+  write_file_atomically(path, pt_to_bytes(value));
+}
+
+}  // namespace moestat::io

@@ -1,0 +1,184 @@
+// SGLang's expert-distribution dumps: names, directory and the dicts of each mode.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <moestat/error.hpp>
+#include <moestat/io/sglang.hpp>
+
+namespace moestat::io {
+namespace {
+
+constexpr std::string_view kGathererKey = "primary";  // SGLang's only gatherer without TBO
+
+/// int32 when every value fits (what SGLang writes), else int64.
+HostTensor count_tensor(std::vector<std::int64_t> shape, std::span<const std::int64_t> values) {
+  const bool fits = std::all_of(values.begin(), values.end(), [](std::int64_t value) {
+    return value >= std::numeric_limits<std::int32_t>::min() &&
+           value <= std::numeric_limits<std::int32_t>::max();
+  });
+  if (!fits) return HostTensor::of<std::int64_t>(std::move(shape), values);
+  const std::vector<std::int32_t> narrow(values.begin(), values.end());
+  return HostTensor::of<std::int32_t>(std::move(shape), narrow);
+}
+
+void require_valid(const LogicalCounts& counts) {
+  MOESTAT_CHECK(counts.window_size > 0 && counts.num_layers > 0 && counts.num_experts > 0 &&
+                    (counts.has_window_axis || counts.window_size == 1) &&
+                    std::int64_t(counts.counts.size()) ==
+                        counts.window_size * counts.num_layers * counts.num_experts,
+                "logical counts of {} values do not fill [{}, {}, {}]", counts.counts.size(),
+                counts.window_size, counts.num_layers, counts.num_experts);
+  MOESTAT_CHECK(std::all_of(counts.counts.begin(), counts.counts.end(),
+                            [](std::int64_t count) { return count >= 0; }),
+                "logical counts hold a negative count");
+}
+
+HostTensor map_tensor(const Placement& placement) {
+  const auto map = placement.physical_to_logical();
+  const std::vector<std::int64_t> wide(map.begin(), map.end());
+  return HostTensor::of<std::int64_t>({placement.num_layers(), placement.num_physical_experts()},
+                                      wide);
+}
+
+void require_same_topology(const Snapshot& snapshot, const Placement& placement) {
+  MOESTAT_CHECK(placement.num_layers() == snapshot.num_layers &&
+                    placement.num_physical_experts() == snapshot.num_physical_experts,
+                "the placement ({} layers x {} slots) does not match the snapshot ({} x {})",
+                placement.num_layers(), placement.num_physical_experts(), snapshot.num_layers,
+                snapshot.num_physical_experts);
+}
+
+PtDict record(std::int64_t pass_id, std::int64_t rank, HostTensor physical_count) {
+  return {{PtValue("forward_pass_id"), PtValue(pass_id)},
+          {PtValue("rank"), PtValue(rank)},
+          {PtValue("gatherer_key"), PtValue(std::string(kGathererKey))},
+          {PtValue("global_physical_count"), PtValue(std::move(physical_count))}};
+}
+
+PtValue dump_of(PtList records, const Placement& placement) {
+  return PtValue(PtDict{{PtValue("records"), PtValue(std::move(records))},
+                        {PtValue("last_physical_to_logical_map"), PtValue(map_tensor(placement))}});
+}
+
+}  // namespace
+
+std::filesystem::path sglang_dump_directory() {
+  const char* directory = std::getenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
+  return directory != nullptr && *directory != '\0' ? directory : "/tmp";
+}
+
+std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank) {
+  // Python prints a float with at least one decimal ("1730000000.0"); fmt drops ".0".
+  std::string time = fmt::format("{}", unix_time);
+  if (time.find_first_of(".en") == std::string::npos) time += ".0";
+  return rank ? fmt::format("expert_distribution_recorder_{}_{}.pt", time, *rank)
+              : fmt::format("expert_distribution_recorder_{}.pt", time);
+}
+
+PtValue sglang_stat_dump(const LogicalCounts& counts, std::int64_t rank,
+                         std::optional<double> average_utilization) {
+  require_valid(counts);
+  std::vector<std::int64_t> shape{counts.num_layers, counts.num_experts};
+  if (counts.has_window_axis) shape.insert(shape.begin(), counts.window_size);
+  return PtValue(
+      PtDict{{PtValue("rank"), PtValue(rank)},
+             {PtValue("logical_count"), PtValue(count_tensor(std::move(shape), counts.counts))},
+             {PtValue("average_utilization_rate_over_window"),
+              average_utilization ? PtValue(*average_utilization) : PtValue()}});
+}
+
+PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
+                             std::int64_t rank) {
+  validate_snapshot(snapshot);
+  require_same_topology(snapshot, last_placement);
+  MOESTAT_CHECK(snapshot.mode != RecordMode::kPerToken && snapshot.mode != RecordMode::kDecayed,
+                "a per-pass dump needs a pass window; the snapshot is in {} mode",
+                record_mode_name(snapshot.mode));
+  const std::int64_t slice = snapshot.num_layers * snapshot.num_physical_experts;
+  PtList records;
+  for (std::int64_t pass = 0; pass < snapshot.window_size(); ++pass) {
+    const std::span<const std::int64_t> counts(snapshot.physical_counts.data() + pass * slice,
+                                               std::size_t(slice));
+    records.emplace_back(
+        record(snapshot.pass_ids[std::size_t(pass)], rank,
+               count_tensor({snapshot.num_layers, snapshot.num_physical_experts}, counts)));
+  }
+  return dump_of(std::move(records), last_placement);
+}
+
+PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_placement,
+                              std::int64_t rank) {
+  validate_snapshot(snapshot);
+  require_same_topology(snapshot, last_placement);
+  MOESTAT_CHECK(snapshot.mode == RecordMode::kPerToken,
+                "a per-token dump needs a per_token snapshot, not {}",
+                record_mode_name(snapshot.mode));
+  const std::int64_t layers = snapshot.num_layers;
+  const std::int64_t top_k = snapshot.top_k;
+  const std::int64_t slots = snapshot.num_physical_experts;
+  const std::int64_t token_size = layers * top_k;
+  PtList records;
+  // Kept tokens come in recording order, so each pass's tokens are consecutive.
+  for (std::int64_t first = 0; first < snapshot.num_tokens();) {
+    const std::int64_t pass_id = snapshot.token_pass_ids[std::size_t(first)];
+    std::int64_t end = first;
+    while (end < snapshot.num_tokens() && snapshot.token_pass_ids[std::size_t(end)] == pass_id) {
+      ++end;
+    }
+    const std::int64_t tokens = end - first;
+    // SGLang keeps ids layer-major: topk_ids_of_layer[layer][token][k].
+    std::vector<std::int32_t> ids(std::size_t(tokens * token_size));
+    std::vector<std::int64_t> physical(std::size_t(layers * slots), 0);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      for (std::int64_t l = 0; l < layers; ++l) {
+        for (std::int64_t k = 0; k < top_k; ++k) {
+          const std::int32_t id =
+              snapshot.token_physical_ids[std::size_t((first + t) * token_size + l * top_k + k)];
+          ids[std::size_t((l * tokens + t) * top_k + k)] = id;
+          if (id >= 0) ++physical[std::size_t(l * slots + id)];
+        }
+      }
+    }
+    PtDict entry = record(pass_id, rank, count_tensor({layers, slots}, physical));
+    entry.emplace_back(PtValue("topk_ids_of_layer"),
+                       PtValue(HostTensor::of<std::int32_t>({layers, tokens, top_k}, ids)));
+    records.emplace_back(std::move(entry));
+    first = end;
+  }
+  return dump_of(std::move(records), last_placement);
+}
+
+std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placement& placement,
+                                        std::int64_t rank, const std::filesystem::path& directory) {
+  const std::filesystem::path folder = directory.empty() ? sglang_dump_directory() : directory;
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  MOESTAT_CHECK(!error, "cannot create {}: {}", folder.string(), error.message());
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  PtValue dump;
+  std::filesystem::path path;
+  switch (snapshot.mode) {
+    case RecordMode::kStat:
+    case RecordMode::kStatApprox:
+      require_same_topology(snapshot, placement);
+      dump = sglang_stat_dump(logical_counts_of(snapshot), rank);
+      path = folder / sglang_dump_name(now);
+      break;
+    case RecordMode::kPerPass:
+      dump = sglang_per_pass_dump(snapshot, placement, rank);
+      path = folder / sglang_dump_name(now, rank);
+      break;
+    case RecordMode::kPerToken:
+      dump = sglang_per_token_dump(snapshot, placement, rank);
+      path = folder / sglang_dump_name(now, rank);
+      break;
+    case RecordMode::kDecayed:
+      MOESTAT_FAIL("SGLang has no dump for decayed loads; write a moestat snapshot instead");
+  }
+  write_pt_file(path, dump);
+  return path;
+}
+
+}  // namespace moestat::io

@@ -1,0 +1,279 @@
+// Statistics, placements and masks in any format, by extension on writing and by contents
+// on reading.
+#include <algorithm>
+#include <cstring>
+#include <moestat/error.hpp>
+#include <moestat/io/safetensors.hpp>
+#include <moestat/io/statistics.hpp>
+
+#include "json_support.hpp"
+
+namespace moestat::io {
+namespace {
+
+constexpr std::string_view kMaskKey = "gpu_experts_masks";
+
+std::span<const std::byte> as_bytes(const std::string& text) {
+  return std::as_bytes(std::span<const char>(text.data(), text.size()));
+}
+
+FileFormat detect(const std::string& bytes) {
+  if (bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0) return FileFormat::kPt;
+  if (bytes.size() >= 8 && bytes.compare(0, 8, "MOETRACE") == 0) return FileFormat::kTrace;
+  if (bytes.size() >= 9 && bytes[8] == '{') {
+    std::uint64_t header = 0;
+    std::memcpy(&header, bytes.data(), 8);
+    if (header <= bytes.size() - 8) return FileFormat::kSafetensors;
+  }
+  return FileFormat::kJson;
+}
+
+/// Runs `body`, prefixing its errors with the path unless they already start with it.
+template <typename Body>
+auto naming(const std::filesystem::path& path, Body&& body) {
+  try {
+    return body();
+  } catch (const Error& error) {
+    if (error.message().rfind(path.string(), 0) == 0) throw;
+    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+  }
+}
+
+const HostTensor& require_tensor(const SafetensorsFile& file, std::string_view name) {
+  const HostTensor* tensor = file.find(name);
+  MOESTAT_CHECK(tensor != nullptr, "no tensor \"{}\" in the safetensors file", name);
+  return *tensor;
+}
+
+PtValue as_pt_counts(const HostTensor& tensor) {
+  return PtValue(PtDict{{PtValue("logical_count"), PtValue(tensor)}});
+}
+
+}  // namespace
+
+std::string_view file_format_name(FileFormat format) noexcept {
+  switch (format) {
+    case FileFormat::kJson:
+      return "json";
+    case FileFormat::kPt:
+      return "pt";
+    case FileFormat::kSafetensors:
+      return "safetensors";
+    case FileFormat::kTrace:
+      return "trace";
+  }
+  return "unknown";
+}
+
+FileFormat detect_file_format(const std::filesystem::path& path) {
+  return detect(read_text_file(path));
+}
+
+FileFormat format_of_extension(const std::filesystem::path& path) {
+  const std::string extension = path.extension().string();
+  if (extension == ".json") return FileFormat::kJson;
+  if (extension == ".pt" || extension == ".pth") return FileFormat::kPt;
+  if (extension == ".safetensors") return FileFormat::kSafetensors;
+  MOESTAT_FAIL("{}: unknown extension \"{}\" (want .json, .pt or .safetensors)", path.string(),
+               extension);
+}
+
+LogicalCounts read_logical_counts(const std::filesystem::path& path) {
+  const std::string bytes = read_text_file(path);
+  return naming(path, [&]() -> LogicalCounts {
+    switch (detect(bytes)) {
+      case FileFormat::kPt:
+        return logical_counts_from_pt(read_pt(as_bytes(bytes)));
+      case FileFormat::kSafetensors:
+        return logical_counts_from_pt(
+            as_pt_counts(require_tensor(read_safetensors(as_bytes(bytes)), "logical_count")));
+      case FileFormat::kTrace:
+        MOESTAT_FAIL("a per-token trace holds no logical counts (it has physical ids)");
+      case FileFormat::kJson:
+        break;
+    }
+    const Document document = document_from_json(bytes);
+    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
+      return logical_counts_of(*snapshot);
+    }
+    MOESTAT_CHECK(document_kind(document) == DocumentKind::kLogicalCounts,
+                  "holds a {}, not logical counts", document_kind_name(document_kind(document)));
+    return std::get<LogicalCounts>(document);
+  });
+}
+
+void write_logical_counts(const std::filesystem::path& path, const LogicalCounts& counts) {
+  switch (format_of_extension(path)) {
+    case FileFormat::kJson:
+      return write_file_atomically(path, logical_counts_to_json(counts));
+    case FileFormat::kPt:
+      return write_pt_file(path, sglang_stat_dump(counts));
+    case FileFormat::kTrace:
+      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
+    case FileFormat::kSafetensors: {
+      SafetensorsFile file;
+      file.metadata["format"] = "moestat.logical_count";
+      file.tensors.emplace_back("logical_count",
+                                sglang_stat_dump(counts).at("logical_count").tensor());
+      return write_safetensors_file(path, file);
+    }
+  }
+}
+
+Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts,
+                         std::uint64_t version) {
+  const std::string bytes = read_text_file(path);
+  return naming(path, [&]() -> Placement {
+    switch (detect(bytes)) {
+      case FileFormat::kPt:
+        return placement_from_pt(read_pt(as_bytes(bytes)), num_logical_experts, version);
+      case FileFormat::kSafetensors: {
+        const SafetensorsFile file = read_safetensors(as_bytes(bytes));
+        return placement_from_pt(
+            PtValue(PtDict{{PtValue("physical_to_logical_map"),
+                            PtValue(require_tensor(file, "physical_to_logical_map"))}}),
+            num_logical_experts, version);
+      }
+      case FileFormat::kTrace:
+        MOESTAT_FAIL("a per-token trace holds no placement");
+      case FileFormat::kJson:
+        break;
+    }
+    return placement_from_json(bytes, num_logical_experts, version);
+  });
+}
+
+void write_placement(const std::filesystem::path& path, const Placement& placement) {
+  switch (format_of_extension(path)) {
+    case FileFormat::kJson:
+      return write_file_atomically(path, placement_to_json(placement));
+    case FileFormat::kPt:
+      return write_pt_file(path, placement_to_pt(placement));
+    case FileFormat::kTrace:
+      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
+    case FileFormat::kSafetensors: {
+      SafetensorsFile file;
+      file.metadata["format"] = "moestat.placement";
+      file.tensors.emplace_back("physical_to_logical_map",
+                                placement_to_pt(placement).at("physical_to_logical_map").tensor());
+      return write_safetensors_file(path, file);
+    }
+  }
+}
+
+ExpertMask read_expert_mask(const std::filesystem::path& path) {
+  const std::string bytes = read_text_file(path);
+  return naming(path, [&]() -> ExpertMask {
+    switch (detect(bytes)) {
+      case FileFormat::kPt: {
+        const PtValue value = read_pt(as_bytes(bytes));
+        const PtValue* keyed = value.find(kMaskKey);
+        return expert_mask_from_tensor(keyed != nullptr ? keyed->tensor() : value.tensor());
+      }
+      case FileFormat::kSafetensors:
+        return expert_mask_from_tensor(require_tensor(read_safetensors(as_bytes(bytes)), kMaskKey));
+      case FileFormat::kTrace:
+        MOESTAT_FAIL("a per-token trace holds no expert mask");
+      case FileFormat::kJson:
+        break;
+    }
+    const detail::Json document = detail::parse_json(bytes);
+    detail::require_object(document, "an expert mask");
+    std::vector<std::int64_t> shape{detail::kAnySize, detail::kAnySize};
+    constexpr std::string_view kDims[] = {"layers", "experts"};
+    const std::vector<std::uint8_t> flags = detail::read_nested<std::uint8_t>(
+        detail::require_key(document, kMaskKey), kMaskKey, shape, kDims,
+        [](const detail::Json& value, const std::string& where) {
+          MOESTAT_CHECK(value.is_boolean(), "{} is {}, expected true or false", where,
+                        detail::describe(value));
+          return std::uint8_t(value.get<bool>() ? 1 : 0);
+        });
+    MOESTAT_CHECK(shape[0] > 0 && shape[1] > 0, "{} is empty", kMaskKey);
+    return {shape[0], shape[1], flags};
+  });
+}
+
+void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask) {
+  const HostTensor tensor = expert_mask_tensor(mask);
+  switch (format_of_extension(path)) {
+    case FileFormat::kJson: {
+      std::vector<bool> flags(mask.on_gpu.begin(), mask.on_gpu.end());
+      detail::Json rows = detail::Json::array();
+      for (std::int64_t l = 0; l < mask.num_layers; ++l) {
+        rows.push_back(std::vector<bool>(flags.begin() + l * mask.num_experts,
+                                         flags.begin() + (l + 1) * mask.num_experts));
+      }
+      detail::Json document = detail::Json::object();
+      document[std::string(kMaskKey)] = std::move(rows);
+      return write_file_atomically(path, detail::dump_document(document));
+    }
+    case FileFormat::kPt:
+      return write_pt_file(path, PtValue(tensor));
+    case FileFormat::kTrace:
+      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
+    case FileFormat::kSafetensors: {
+      SafetensorsFile file;
+      file.tensors.emplace_back(std::string(kMaskKey), tensor);
+      return write_safetensors_file(path, file);
+    }
+  }
+}
+
+std::string_view statistics_kind_name(StatisticsKind kind) noexcept {
+  switch (kind) {
+    case StatisticsKind::kLogicalCounts:
+      return "logical_count";
+    case StatisticsKind::kPlacement:
+      return "placement";
+    case StatisticsKind::kExpertMask:
+      return "expert_mask";
+  }
+  return "unknown";
+}
+
+StatisticsKind statistics_kind(const StatisticsFile& file) noexcept {
+  return static_cast<StatisticsKind>(file.index());
+}
+
+StatisticsFile read_statistics_file(const std::filesystem::path& path) {
+  const std::string bytes = read_text_file(path);
+  const auto has = [&](std::string_view key) {
+    // Cheap and sufficient: the key names appear verbatim in every format's bytes.
+    return bytes.find(key) != std::string::npos;
+  };
+  switch (detect(bytes)) {
+    case FileFormat::kTrace:
+      MOESTAT_FAIL("{}: a per-token trace is not a statistics file", path.string());
+    case FileFormat::kPt: {
+      const PtValue value = naming(path, [&] { return read_pt(as_bytes(bytes)); });
+      if (value.find("physical_to_logical_map") != nullptr) return read_placement(path);
+      if (value.find(kMaskKey) != nullptr || value.kind() == PtValue::Kind::kTensor) {
+        return read_expert_mask(path);
+      }
+      return read_logical_counts(path);
+    }
+    case FileFormat::kSafetensors:
+    case FileFormat::kJson:
+      break;
+  }
+  if (has("\"physical_to_logical_map\"")) return read_placement(path);
+  if (has(std::string("\"") + std::string(kMaskKey) + "\"")) return read_expert_mask(path);
+  return read_logical_counts(path);
+}
+
+void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file) {
+  std::visit(
+      [&](const auto& value) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, LogicalCounts>) {
+          write_logical_counts(path, value);
+        } else if constexpr (std::is_same_v<T, Placement>) {
+          write_placement(path, value);
+        } else {
+          write_expert_mask(path, value);
+        }
+      },
+      file);
+}
+
+}  // namespace moestat::io

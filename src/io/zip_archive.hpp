@@ -1,0 +1,45 @@
+// Zip archives in memory through libzip: the container of torch .pt files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+struct zip;
+
+namespace moestat::io::detail {
+
+/// Reads the records of a zip archive held in memory. Errors are moestat::Error without a
+/// file name (the caller adds it).
+class ZipReader {
+ public:
+  /// `bytes` must outlive the reader. moestat::Error when it is not a zip archive.
+  explicit ZipReader(std::span<const std::byte> bytes);
+  ~ZipReader();
+  ZipReader(const ZipReader&) = delete;
+  ZipReader& operator=(const ZipReader&) = delete;
+
+  /// Record names in archive order.
+  const std::vector<std::string>& names() const noexcept { return names_; }
+  bool contains(const std::string& name) const noexcept;
+  /// A record's bytes. moestat::Error when it is absent, declares more than `max_bytes`,
+  /// uses a compression other than stored or deflate, or yields other than it declares.
+  std::vector<std::byte> read(const std::string& name, std::uint64_t max_bytes) const;
+
+ private:
+  struct zip* archive_ = nullptr;
+  std::vector<std::string> names_;
+};
+
+struct ZipRecord {
+  std::string name;
+  std::span<const std::byte> data;
+};
+
+/// An archive of `records`, stored (not compressed) with a fixed timestamp so that equal
+/// records give equal bytes.
+std::string zip_archive(std::span<const ZipRecord> records);
+
+}  // namespace moestat::io::detail

@@ -1,0 +1,86 @@
+// Writes the seed corpora of the fuzz targets with moestat's own writers:
+// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,trace}/ with small valid files.
+// (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
+#include <cstdio>
+#include <moestat/io/safetensors.hpp>
+#include <moestat/io/sglang.hpp>
+#include <moestat/io/statistics.hpp>
+#include <moestat/io/trace_file.hpp>
+#include <moestat/record/cpu_recorder.hpp>
+
+namespace {
+
+using namespace moestat;
+
+Snapshot recorded(RecordMode mode) {
+  ModelTopology topology = ModelTopology::uniform(3, 4, 2);
+  topology.moe_layers[1] = false;
+  topology.num_physical_experts = 6;
+  record::CpuRecorder recorder(topology, {.mode = mode, .window_size = 2, .decay = 0.5});
+  recorder.start();
+  recorder.set_placement(
+      Placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1));
+  for (std::int64_t pass = 0; pass < 3; ++pass) {
+    const std::vector<std::int32_t> ids = {0, 5, 3, -1, std::int32_t(pass), 2};
+    recorder.begin_pass(pass);
+    recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}));
+    recorder.record_topk(2, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}), 2);
+    recorder.end_pass();
+  }
+  return recorder.snapshot();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_fuzz_seeds DIR\n");
+    return 2;
+  }
+  try {
+    const std::filesystem::path dir = argv[1];
+    for (const char* sub : {"pt", "safetensors", "json", "trace"}) {
+      std::filesystem::create_directories(dir / sub);
+    }
+    const Placement placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
+    const io::LogicalCounts counts = io::logical_counts_of(recorded(RecordMode::kStat));
+    const io::ExpertMask mask{2, 3, {1, 0, 1, 0, 0, 1}};
+    // .pt: every dump SGLang writes, a placement, a mask, a value of every kind.
+    io::write_logical_counts(dir / "pt" / "stat.pt", counts);
+    io::write_pt_file(dir / "pt" / "per_pass.pt",
+                      io::sglang_per_pass_dump(recorded(RecordMode::kPerPass), placement, 1));
+    io::write_pt_file(dir / "pt" / "per_token.pt",
+                      io::sglang_per_token_dump(recorded(RecordMode::kPerToken), placement, 1));
+    io::write_placement(dir / "pt" / "placement.pt", placement);
+    io::write_expert_mask(dir / "pt" / "mask.pt", mask);
+    io::write_pt_file(
+        dir / "pt" / "kinds.pt",
+        io::PtValue(io::PtDict{
+            {io::PtValue("t"), io::PtValue(io::PtTuple{{io::PtValue(1.5), io::PtValue()}})},
+            {io::PtValue(7), io::PtValue(io::PtList{io::PtValue(true), io::PtValue(-1)})}}));
+    // safetensors and JSON: counts, placement, mask; JSON also a snapshot of each mode.
+    io::write_logical_counts(dir / "safetensors" / "counts.safetensors", counts);
+    io::write_placement(dir / "safetensors" / "placement.safetensors", placement);
+    io::write_expert_mask(dir / "safetensors" / "mask.safetensors", mask);
+    io::write_logical_counts(dir / "json" / "counts.json", counts);
+    io::write_placement(dir / "json" / "placement.json", placement);
+    io::write_expert_mask(dir / "json" / "mask.json", mask);
+    for (RecordMode mode :
+         {RecordMode::kStat, RecordMode::kPerPass, RecordMode::kPerToken, RecordMode::kDecayed}) {
+      io::write_file_atomically(dir / "json" / (std::string(record_mode_name(mode)) + ".json"),
+                                io::snapshot_to_json(recorded(mode)));
+    }
+    // A trace of three chunks.
+    io::TraceWriter trace(
+        dir / "trace" / "trace.bin",
+        {.num_layers = 2, .num_logical_experts = 3, .num_physical_experts = 4, .top_k = 2});
+    const std::vector<std::int32_t> ids = {0, 1, 2, 3, -1, 0, 3, 3};
+    trace.append(0, 0, ids);
+    trace.append(1, 1, std::span(ids).first(4));
+    trace.append(2, 1, std::span<const std::int32_t>());
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "make_fuzz_seeds: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

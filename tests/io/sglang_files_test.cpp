@@ -1,0 +1,288 @@
+// SGLang-compatible files and loading by format: recorder dumps of every mode checked
+// against the snapshot they came from, placements and masks in every format, and the real
+// statistics in ../shared/data converted to .pt and .safetensors and back unchanged.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <moestat/io/safetensors.hpp>
+#include <moestat/io/sglang.hpp>
+#include <moestat/io/statistics.hpp>
+#include <moestat/record/cpu_recorder.hpp>
+#include <regex>
+
+#include "io/test_support.hpp"
+
+namespace moestat::test {
+namespace {
+
+using io::HostTensor;
+using io::PtValue;
+
+const std::filesystem::path kFixtures = MOESTAT_FIXTURE_DIR;
+
+/// A 3-layer model (layer 1 dense), 4 experts on 6 slots, top-2; five passes recorded, the
+/// placement changing before pass 2.
+Snapshot recorded(RecordMode mode, const Placement& later) {
+  ModelTopology topology = ModelTopology::uniform(3, 4, 2);
+  topology.moe_layers[1] = false;
+  topology.num_physical_experts = 6;
+  record::CpuRecorder recorder(topology, {.mode = mode, .window_size = 3});
+  recorder.start();
+  for (std::int64_t pass = 0; pass < 5; ++pass) {
+    if (pass == 2) recorder.set_placement(later);
+    const std::vector<std::int32_t> ids = {0, 5, 3, -1, std::int32_t(pass % 6), 2, 1, 1};
+    recorder.begin_pass(100 + pass);
+    recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, {4, 2}), 3);
+    recorder.record_topk(2, TensorView::contiguous(ids.data(), DType::kInt32, {4, 2}));
+    recorder.end_pass();
+  }
+  return recorder.snapshot();
+}
+
+const Placement kLater(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
+
+// ---- names and places ----
+
+TEST(SglangDump, NamesFollowPythonsTimeFormat) {
+  EXPECT_EQ(io::sglang_dump_name(1730000000.0), "expert_distribution_recorder_1730000000.0.pt");
+  EXPECT_EQ(io::sglang_dump_name(1730000000.25, 3),
+            "expert_distribution_recorder_1730000000.25_3.pt");
+}
+
+TEST(SglangDump, DirectoryComesFromTheEnvironment) {
+  const char* saved = std::getenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::unsetenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
+  EXPECT_EQ(io::sglang_dump_directory(), "/tmp");
+  ::setenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR", "/data/dumps", 1);
+  EXPECT_EQ(io::sglang_dump_directory(), "/data/dumps");
+  if (saved != nullptr) {
+    ::setenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR", restore.c_str(), 1);
+  } else {
+    ::unsetenv("SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR");
+  }
+}
+
+// ---- dumps of each mode ----
+
+TEST(SglangDump, StatDumpHoldsTheWindowAsInt32) {
+  ScratchDir dir;
+  const Snapshot snapshot = recorded(RecordMode::kStat, kLater);
+  const auto path = io::write_sglang_dump(snapshot, kLater, 0, dir.path() / "new");
+  EXPECT_TRUE(std::regex_match(path.filename().string(),
+                               std::regex(R"(expert_distribution_recorder_\d+\.\d+\.pt)")))
+      << path;
+  EXPECT_EQ(path.parent_path(), dir.path() / "new");
+  const PtValue dump = io::read_pt_file(path);
+  ASSERT_EQ(dump.dict().size(), 3u);
+  EXPECT_EQ(dump.dict()[0].first.as_str(), "rank");
+  EXPECT_EQ(dump.at("rank").as_int(), 0);
+  EXPECT_TRUE(dump.at("average_utilization_rate_over_window").is_none());
+  const HostTensor& counts = dump.at("logical_count").tensor();
+  EXPECT_EQ(counts.dtype, DType::kInt32);
+  EXPECT_EQ(counts.shape, (std::vector<std::int64_t>{3, 3, 4}));
+  EXPECT_EQ(counts.to_int64(), snapshot.logical_counts);
+  EXPECT_EQ(io::read_logical_counts(path), io::logical_counts_of(snapshot));
+}
+
+TEST(SglangDump, HugeCountsAreWrittenAsInt64) {
+  io::LogicalCounts counts{.window_size = 1,
+                           .num_layers = 1,
+                           .num_experts = 2,
+                           .has_window_axis = false,
+                           .counts = {std::int64_t(1) << 40, 1}};
+  const PtValue dump = io::sglang_stat_dump(counts, 2, 0.5);
+  EXPECT_EQ(dump.at("logical_count").tensor().dtype, DType::kInt64);
+  EXPECT_EQ(dump.at("logical_count").tensor().shape, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(dump.at("average_utilization_rate_over_window").as_float(), 0.5);
+  EXPECT_EQ(io::logical_counts_from_pt(
+                io::read_pt(std::as_bytes(std::span<const char>(io::pt_to_bytes(dump))))),
+            counts);
+}
+
+TEST(SglangDump, PerPassRecordsHoldEachPassesPhysicalCounts) {
+  ScratchDir dir;
+  const Snapshot snapshot = recorded(RecordMode::kPerPass, kLater);
+  const auto path = io::write_sglang_dump(snapshot, kLater, 5, dir.path());
+  EXPECT_TRUE(std::regex_match(path.filename().string(),
+                               std::regex(R"(expert_distribution_recorder_\d+\.\d+_5\.pt)")));
+  const PtValue dump = io::read_pt_file(path);
+  const io::PtList& records = dump.at("records").list();
+  ASSERT_EQ(std::int64_t(records.size()), snapshot.window_size());
+  const std::int64_t slice = 3 * 6;
+  for (std::size_t pass = 0; pass < records.size(); ++pass) {
+    EXPECT_EQ(records[pass].at("forward_pass_id").as_int(), snapshot.pass_ids[pass]);
+    EXPECT_EQ(records[pass].at("rank").as_int(), 5);
+    EXPECT_EQ(records[pass].at("gatherer_key").as_str(), "primary");
+    const std::vector<std::int64_t> expected(
+        snapshot.physical_counts.begin() + std::ptrdiff_t(pass) * slice,
+        snapshot.physical_counts.begin() + std::ptrdiff_t(pass + 1) * slice);
+    EXPECT_EQ(records[pass].at("global_physical_count").tensor().to_int64(), expected);
+  }
+  EXPECT_TRUE(io::placement_from_pt(
+                  PtValue(io::PtDict{{PtValue("physical_to_logical_map"),
+                                      PtValue(dump.at("last_physical_to_logical_map").tensor())}}))
+                  .same_maps(kLater));
+  // Read back as logical counts through the last map: the passes recorded under it agree
+  // with the snapshot (those under the first placement need not: SGLang keeps one map).
+  const io::LogicalCounts logical = io::read_logical_counts(path);
+  ASSERT_EQ(logical.window_size, snapshot.window_size());
+  const std::int64_t layer_size = 3 * 4;
+  int later_passes = 0;
+  for (std::int64_t pass = 0; pass < snapshot.window_size(); ++pass) {
+    if (snapshot.placement_versions[std::size_t(pass)] != kLater.version()) continue;
+    ++later_passes;
+    for (std::int64_t i = pass * layer_size; i < (pass + 1) * layer_size; ++i) {
+      EXPECT_EQ(logical.counts[std::size_t(i)], snapshot.logical_counts[std::size_t(i)]) << i;
+    }
+  }
+  EXPECT_EQ(later_passes, 3);
+}
+
+TEST(SglangDump, PerTokenRecordsHoldLayerMajorIds) {
+  const Snapshot snapshot = recorded(RecordMode::kPerToken, kLater);
+  const PtValue dump = io::sglang_per_token_dump(snapshot, kLater, 1);
+  const io::PtList& records = dump.at("records").list();
+  ASSERT_EQ(records.size(), 5u);
+  std::int64_t token = 0;
+  for (std::size_t pass = 0; pass < records.size(); ++pass) {
+    const HostTensor& ids = records[pass].at("topk_ids_of_layer").tensor();
+    ASSERT_EQ(ids.shape.size(), 3u);
+    ASSERT_EQ(ids.shape[0], 3);
+    ASSERT_EQ(ids.shape[2], 2);
+    const std::int64_t n = ids.shape[1];
+    const std::vector<std::int32_t> values = ids.values<std::int32_t>();
+    std::vector<std::int64_t> physical(3 * 6, 0);
+    for (std::int64_t t = 0; t < n; ++t, ++token) {
+      EXPECT_EQ(snapshot.token_pass_ids[std::size_t(token)],
+                records[pass].at("forward_pass_id").as_int());
+      for (std::int64_t l = 0; l < 3; ++l) {
+        for (std::int64_t k = 0; k < 2; ++k) {
+          const std::int32_t id = snapshot.token_physical_ids[std::size_t((token * 3 + l) * 2 + k)];
+          EXPECT_EQ(values[std::size_t((l * n + t) * 2 + k)], id);
+          if (id >= 0) ++physical[std::size_t(l * 6 + id)];
+        }
+      }
+    }
+    EXPECT_EQ(records[pass].at("global_physical_count").tensor().to_int64(), physical);
+  }
+  EXPECT_EQ(token, snapshot.num_tokens());
+}
+
+TEST(SglangDump, RefusesModesWithoutADump) {
+  ScratchDir dir;
+  expect_error(
+      [&] { io::write_sglang_dump(recorded(RecordMode::kDecayed, kLater), kLater, 0, dir.path()); },
+      {"decayed"});
+  expect_error(
+      [&] { io::sglang_per_pass_dump(recorded(RecordMode::kPerToken, kLater), kLater, 0); },
+      {"pass window"});
+  expect_error([&] { io::sglang_per_token_dump(recorded(RecordMode::kStat, kLater), kLater, 0); },
+               {"per_token"});
+  expect_error(
+      [&] {
+        io::sglang_per_pass_dump(recorded(RecordMode::kPerPass, kLater),
+                                 Placement::trivial(2, 6, 4), 0);
+      },
+      {"does not match"});
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// ---- files torch.save wrote ----
+
+TEST(SglangFixtures, StatDumpAndPlacementReadThroughTheGenericLoaders) {
+  const io::LogicalCounts counts = io::read_logical_counts(kFixtures / "sglang_stat_dump.pt");
+  EXPECT_EQ(counts.window_size, 2);
+  EXPECT_TRUE(counts.has_window_axis);
+  EXPECT_EQ(counts.num_layers, 3);
+  EXPECT_EQ(counts.num_experts, 4);
+  EXPECT_EQ(counts.counts[23], 23);
+  const Placement placement = io::read_placement(kFixtures / "sglang_placement.pt");
+  EXPECT_EQ(placement.num_logical_experts(), 4);
+  EXPECT_EQ(placement.logical_of(1, 5), 3);
+  expect_error([] { io::read_logical_counts(kFixtures / "sglang_placement.pt"); },
+               {"sglang_placement.pt", "physical_to_logical_map"});
+}
+
+// ---- every format ----
+
+TEST(Statistics, PlacementsRoundTripInEveryFormat) {
+  ScratchDir dir;
+  for (const char* name : {"p.json", "p.pt", "p.safetensors"}) {
+    io::write_placement(dir.path() / name, kLater);
+    const Placement back = io::read_placement(dir.path() / name, 0, 7);
+    EXPECT_TRUE(back.same_maps(kLater)) << name;
+    EXPECT_EQ(back.version(), 7u);
+  }
+  // What --init-expert-location loads: the map and nothing else.
+  EXPECT_EQ(io::read_pt_file(dir.path() / "p.pt").dict().size(), 1u);
+  expect_error([&] { io::write_placement(dir.path() / "p.txt", kLater); },
+               {"p.txt", "unknown extension"});
+}
+
+TEST(Statistics, CountsRoundTripInEveryFormatAndAreDetectedByContent) {
+  ScratchDir dir;
+  const io::LogicalCounts counts = io::logical_counts_of(recorded(RecordMode::kStat, kLater));
+  for (const char* name : {"c.json", "c.pt", "c.safetensors"}) {
+    io::write_logical_counts(dir.path() / name, counts);
+    EXPECT_EQ(io::read_logical_counts(dir.path() / name), counts) << name;
+    // Renamed to a wrong extension, the contents still decide.
+    std::filesystem::copy_file(dir.path() / name, dir.path() / (std::string(name) + ".bin"));
+    EXPECT_EQ(io::read_logical_counts(dir.path() / (std::string(name) + ".bin")), counts);
+  }
+  EXPECT_EQ(io::detect_file_format(dir.path() / "c.json"), io::FileFormat::kJson);
+  EXPECT_EQ(io::detect_file_format(dir.path() / "c.pt"), io::FileFormat::kPt);
+  EXPECT_EQ(io::detect_file_format(dir.path() / "c.safetensors"), io::FileFormat::kSafetensors);
+  EXPECT_EQ(io::read_safetensors_file(dir.path() / "c.safetensors").metadata.at("format"),
+            "moestat.logical_count");
+}
+
+TEST(Statistics, ExpertMasksRoundTripInEveryFormat) {
+  ScratchDir dir;
+  const io::ExpertMask mask{2, 3, {1, 0, 0, 0, 1, 1}};
+  for (const char* name : {"m.json", "m.pt", "m.safetensors"}) {
+    io::write_expert_mask(dir.path() / name, mask);
+    EXPECT_EQ(io::read_expert_mask(dir.path() / name), mask) << name;
+  }
+  const PtValue file = io::read_pt_file(dir.path() / "m.pt");
+  const HostTensor& bare = file.tensor();
+  EXPECT_EQ(bare.dtype, DType::kBool);
+  EXPECT_EQ(bare.shape, (std::vector<std::int64_t>{2, 3}));
+  expect_error(
+      [&] {
+        io::write_expert_mask(dir.path() / "x.pt", {2, 3, {1, 0}});
+      },
+      {"does not fill"});
+}
+
+TEST(Statistics, IntegralFloatCountsAsSglangPublishesThem) {
+  EXPECT_EQ(io::logical_counts_from_json(R"({"logical_count": [[1.0, 0.0], [2e3, 7]]})").counts,
+            (std::vector<std::int64_t>{1, 0, 2000, 7}));
+  expect_error([] { io::logical_counts_from_json(R"({"logical_count": [[1.5]]})"); },
+               {"logical_count[0][0] is 1.5"});
+}
+
+// ---- real statistics ----
+
+TEST(Statistics, RealSglangStatisticsSurviveEveryFormat) {
+  const std::filesystem::path data =
+      std::filesystem::path(MOESTAT_SHARED_DIR) / "data" / "deepseek-v3-sglang-stats";
+  if (!std::filesystem::is_directory(data)) GTEST_SKIP() << data << " is absent";
+  ScratchDir dir;
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(data)) {
+    if (entry.path().extension() != ".json") continue;
+    const io::LogicalCounts original = io::read_logical_counts(entry.path());
+    for (const char* name : {"c.pt", "c.safetensors"}) {
+      io::write_logical_counts(dir.path() / name, original);
+      const io::LogicalCounts back = io::read_logical_counts(dir.path() / name);
+      EXPECT_EQ(back, original) << entry.path() << " via " << name;
+      EXPECT_EQ(io::logical_counts_to_json(back), io::logical_counts_to_json(original));
+    }
+    ++files;
+  }
+  EXPECT_GT(files, 0);
+}
+
+}  // namespace
+}  // namespace moestat::test
