@@ -59,9 +59,10 @@ enum class ScenarioObjective : std::uint8_t {
 };
 
 struct MoestatPlanOptions {
-  ScenarioObjective objective = ScenarioObjective::kWorstCase;
-  /// Improving moves tried per layer and node at most (a bound on time, rarely reached).
-  std::int64_t max_moves_per_layer = 4000;
+  ScenarioObjective objective = ScenarioObjective::kExpected;
+  /// Improving swaps per packing search at most (one search per node and layer, one more
+  /// for the groups of a hierarchical layer): a bound on time.
+  std::int64_t max_moves_per_layer = 128;
 };
 
 /// moestat's planner: same output form and constraints as plan_deepseek (equal slots per
