@@ -38,7 +38,7 @@ double layer_balancedness(std::span<const double> loads) {
 }
 
 BalanceReport evaluate_placement(const ExpertLoads& loads, const Placement& placement,
-                                  std::int64_t num_gpus) {
+                                 std::int64_t num_gpus) {
   const std::vector<double> per_gpu = gpu_loads(loads, placement, num_gpus);
   BalanceReport report;
   report.layer_balancedness.assign(std::size_t(loads.num_layers), 1.0);

@@ -16,9 +16,8 @@ Placement plan_deepseek(const ExpertLoads& loads, const EplbConfig& config) {
     // The reference rounds its input to float32 first (weight.float()).
     const std::span<const double> row = loads.row(layer);
     for (std::size_t e = 0; e < num_experts; ++e) weight[e] = static_cast<float>(row[e]);
-    detail::deepseek_plan_layer(weight, config,
-                                std::span(map).subspan(std::size_t(layer) * num_slots, num_slots),
-                                scratch);
+    detail::deepseek_plan_layer(
+        weight, config, std::span(map).subspan(std::size_t(layer) * num_slots, num_slots), scratch);
   }
   return Placement(loads.num_layers, config.num_replicas, loads.num_experts, std::move(map));
 }

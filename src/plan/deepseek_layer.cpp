@@ -1,9 +1,9 @@
 // DeepSeek's EPLB for one layer, step for step, in float32 (see plan_deepseek's contract).
+#include "deepseek_layer.hpp"
+
 #include <algorithm>
 #include <array>
 #include <numeric>
-
-#include "deepseek_layer.hpp"
 
 namespace moestat::plan::detail {
 namespace {
@@ -11,8 +11,7 @@ namespace {
 /// eplb.py's balanced_packing: items heaviest first (PyTorch's sort order, ties included),
 /// each into the lightest pack with room (lowest index among equals); every pack gets
 /// n / num_packs items. Writes each item's pack and its rank (arrival order) in the pack.
-void balanced_packing(std::span<const float> weight, std::int32_t num_packs,
-                      DeepseekScratch& s) {
+void balanced_packing(std::span<const float> weight, std::int32_t num_packs, DeepseekScratch& s) {
   const auto num_items = std::int32_t(weight.size());
   const std::int32_t capacity = num_items / num_packs;
   s.pack_of.resize(weight.size());
@@ -25,7 +24,8 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs,
   // NOTE: std::sort on (value, index) pairs with a value-only comparison is what PyTorch's
   // CPU sort runs; equal values then land in the order libstdc++'s introsort leaves them.
   s.sorted.resize(weight.size());
-  for (std::int32_t i = 0; i < num_items; ++i) s.sorted[std::size_t(i)] = {weight[std::size_t(i)], i};
+  for (std::int32_t i = 0; i < num_items; ++i)
+    s.sorted[std::size_t(i)] = {weight[std::size_t(i)], i};
   std::sort(s.sorted.begin(), s.sorted.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
 

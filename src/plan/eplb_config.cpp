@@ -11,8 +11,8 @@ void EplbConfig::validate(std::int64_t num_experts) const {
   MOESTAT_CHECK(num_replicas >= num_experts,
                 "plan: {} replicas cannot hold {} logical experts (need replicas >= experts)",
                 num_replicas, num_experts);
-  MOESTAT_CHECK(num_replicas % num_gpus == 0,
-                "plan: {} replicas do not divide evenly over {} GPUs", num_replicas, num_gpus);
+  MOESTAT_CHECK(num_replicas % num_gpus == 0, "plan: {} replicas do not divide evenly over {} GPUs",
+                num_replicas, num_gpus);
   MOESTAT_CHECK(num_gpus % num_nodes == 0, "plan: {} GPUs do not divide evenly over {} nodes",
                 num_gpus, num_nodes);
   if (hierarchical()) {

@@ -132,15 +132,17 @@ HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
     }
     case HotExpertStrategy::kFrequency: {
       const std::vector<std::int64_t> cells = cells_by_load(loads, moe_layers);
-      for (std::int64_t i = 0; i < budget; ++i) put(cells[std::size_t(i)] / E, cells[std::size_t(i)] % E);
+      for (std::int64_t i = 0; i < budget; ++i)
+        put(cells[std::size_t(i)] / E, cells[std::size_t(i)] % E);
       break;
     }
     case HotExpertStrategy::kLayerBalanced: {
       const double share = M > 0 ? double(budget) / double(M) : 0.0;
       const std::int64_t low = std::min<std::int64_t>(E, std::int64_t(options.min_share * share));
       // Caps that cannot hold the whole budget are raised until they can.
-      const std::int64_t high = std::clamp<std::int64_t>(
-          std::int64_t(std::ceil(options.max_share * share)), (budget + M - 1) / std::max<std::int64_t>(M, 1), E);
+      const std::int64_t high =
+          std::clamp<std::int64_t>(std::int64_t(std::ceil(options.max_share * share)),
+                                   (budget + M - 1) / std::max<std::int64_t>(M, 1), E);
       const std::vector<std::int64_t> cells = cells_by_load(loads, moe_layers);
       std::int64_t left = budget;
       // First every layer's own heaviest `low` experts, then the global order within caps.

@@ -15,8 +15,8 @@ LoadWindow load_window_from_json(std::string_view text) {
   const bool fiddler = !doc.contains("logical_count") && doc.contains("expert_popularity");
   const std::string_view key = fiddler ? "expert_popularity" : "logical_count";
   const json::Json& value = json::require_key(doc, key);
-  MOESTAT_CHECK(value.is_array() && !value.empty(), "{} is {}: expected [layers][experts]{}",
-                key, json::describe(value), fiddler ? "" : " or [passes][layers][experts]");
+  MOESTAT_CHECK(value.is_array() && !value.empty(), "{} is {}: expected [layers][experts]{}", key,
+                json::describe(value), fiddler ? "" : " or [passes][layers][experts]");
   const int depth = json::nesting_depth(value);
   MOESTAT_CHECK(depth == 2 || (depth == 3 && !fiddler),
                 "{} has {} levels of nesting, expected [layers][experts] (2){}", key, depth,

@@ -13,8 +13,7 @@ namespace {
 
 /// The deployment shape as one layer's planning sees it (global = one group, one node).
 struct Shape {
-  std::int32_t num_experts, num_groups, num_nodes, slots_per_node, gpus_per_node,
-      slots_per_gpu;
+  std::int32_t num_experts, num_groups, num_nodes, slots_per_node, gpus_per_node, slots_per_gpu;
   std::int32_t group_size() const { return num_experts / num_groups; }
   std::int32_t groups_per_node() const { return num_groups / num_nodes; }
   std::int32_t experts_per_node() const { return num_experts / num_nodes; }
@@ -83,7 +82,8 @@ void pack_node(const LayerScenarios& layer, const Shape& shape,
   std::vector<double> weights(replica_expert.size() * std::size_t(S));
   for (std::size_t i = 0; i < replica_expert.size(); ++i) {
     const std::int32_t e = replica_expert[i];
-    const std::size_t j = std::size_t(std::find(experts.begin(), experts.end(), e) - experts.begin());
+    const std::size_t j =
+        std::size_t(std::find(experts.begin(), experts.end(), e) - experts.begin());
     for (std::int32_t s = 0; s < S; ++s) {
       weights[i * std::size_t(S) + std::size_t(s)] = layer.at(s, e, shape.num_experts) / copies[j];
     }
@@ -93,9 +93,9 @@ void pack_node(const LayerScenarios& layer, const Shape& shape,
                                        .num_bins = shape.gpus_per_node,
                                        .weights = weights,
                                        .objective = options.objective};
-  std::vector<std::int32_t> gpu_of =
-      start.empty() ? detail::greedy_packing(problem)
-                    : std::vector<std::int32_t>(start.begin(), start.end());
+  std::vector<std::int32_t> gpu_of = start.empty()
+                                         ? detail::greedy_packing(problem)
+                                         : std::vector<std::int32_t>(start.begin(), start.end());
   detail::improve_by_swaps(problem, gpu_of, options.max_moves_per_layer);
   std::vector<std::int32_t> filled(std::size_t(shape.gpus_per_node), 0);
   for (std::size_t i = 0; i < replica_expert.size(); ++i) {
@@ -136,7 +136,8 @@ std::vector<std::int32_t> assign_groups(const LayerScenarios& layer, const Shape
   for (std::int32_t g = 0; g < shape.num_groups; ++g) {
     for (std::int32_t s = 0; s < S; ++s) {
       for (std::int32_t k = 0; k < shape.group_size(); ++k) {
-        weights[std::size_t(g * S + s)] += layer.at(s, g * shape.group_size() + k, shape.num_experts);
+        weights[std::size_t(g * S + s)] +=
+            layer.at(s, g * shape.group_size() + k, shape.num_experts);
       }
     }
   }
@@ -153,8 +154,8 @@ std::vector<std::int32_t> assign_groups(const LayerScenarios& layer, const Shape
   std::vector<std::int32_t> greedy = detail::greedy_packing(problem);
   detail::improve_by_swaps(problem, from_reference, options.max_moves_per_layer);
   detail::improve_by_swaps(problem, greedy, options.max_moves_per_layer);
-  return detail::score_packing(problem, greedy).better_than(
-             detail::score_packing(problem, from_reference))
+  return detail::score_packing(problem, greedy)
+                 .better_than(detail::score_packing(problem, from_reference))
              ? greedy
              : from_reference;
 }
@@ -174,9 +175,9 @@ void construct_map(const LayerScenarios& layer, const Shape& shape,
       }
     }
     const std::vector<std::int32_t> copies = replica_counts(layer, shape, experts);
-    pack_node(layer, shape, experts, copies, {}, options,
-              map.subspan(std::size_t(node * shape.slots_per_node),
-                          std::size_t(shape.slots_per_node)));
+    pack_node(
+        layer, shape, experts, copies, {}, options,
+        map.subspan(std::size_t(node * shape.slots_per_node), std::size_t(shape.slots_per_node)));
   }
 }
 
@@ -190,8 +191,8 @@ Placement plan_moestat(std::span<const ExpertLoads> scenarios, const EplbConfig&
   const std::int64_t E = scenarios.front().num_experts;
   for (const ExpertLoads& loads : scenarios) {
     MOESTAT_CHECK(loads.num_layers == L && loads.num_experts == E,
-                  "plan: scenarios differ in shape: [{}, {}] and [{}, {}]", L, E,
-                  loads.num_layers, loads.num_experts);
+                  "plan: scenarios differ in shape: [{}, {}] and [{}, {}]", L, E, loads.num_layers,
+                  loads.num_experts);
   }
   config.validate(E);
   MOESTAT_CHECK(options.max_moves_per_layer >= 0, "plan: max_moves_per_layer must be >= 0");
@@ -228,7 +229,8 @@ Placement plan_moestat(std::span<const ExpertLoads> scenarios, const EplbConfig&
     const auto score = [&](std::span<const std::int32_t> m) {
       return score_layer(layer, m, shape, std::int32_t(config.num_gpus), options.objective);
     };
-    if (score(candidate).better_than(score(out))) std::copy(candidate.begin(), candidate.end(), out.begin());
+    if (score(candidate).better_than(score(out)))
+      std::copy(candidate.begin(), candidate.end(), out.begin());
   }
   return Placement(L, config.num_replicas, E, std::move(map));
 }

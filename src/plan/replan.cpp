@@ -120,8 +120,8 @@ std::optional<std::vector<std::int64_t>> nodes_of_groups(std::span<const std::in
 }
 
 /// Greedy moves on `row` until `target`; the best drop of the heaviest GPU per copy each time.
-void greedy_moves(std::span<std::int32_t> row, std::span<const double> weight,
-                  const Layout& layout, double target) {
+void greedy_moves(std::span<std::int32_t> row, std::span<const double> weight, const Layout& layout,
+                  double target) {
   std::optional<std::vector<std::int64_t>> group_node(std::vector<std::int64_t>{});
   if (layout.hierarchical) {
     group_node = nodes_of_groups(row, layout);

@@ -1,9 +1,9 @@
+#include "swap_search.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numeric>
-
-#include "swap_search.hpp"
 
 namespace moestat::plan::detail {
 namespace {
@@ -114,9 +114,7 @@ void improve_by_swaps(const PackingProblem& p, std::span<std::int32_t> bin_of,
   const auto L = [&](std::int32_t b, std::int32_t s) -> double& {
     return load[std::size_t(b * S + s)];
   };
-  const auto W = [&](std::int32_t i, std::int32_t s) {
-    return p.weights[std::size_t(i * S + s)];
-  };
+  const auto W = [&](std::int32_t i, std::int32_t s) { return p.weights[std::size_t(i * S + s)]; };
   // Per scenario, the three heaviest bins: the heaviest bin other than two given ones.
   std::vector<std::array<std::int32_t, 3>> top(static_cast<std::size_t>(S));
   std::vector<std::int32_t> critical;

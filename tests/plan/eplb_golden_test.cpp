@@ -74,8 +74,7 @@ TEST(EplbGolden, DeepseekMatchesTheReferenceOnEveryLayerWithoutTies) {
                                 reference_map);
       const plan::BalanceReport report =
           plan::evaluate_placement(loads, reference, config.num_gpus);
-      EXPECT_NEAR(report.balancedness, result["balancedness_mean_over_layers"].get<double>(),
-                  1e-9);
+      EXPECT_NEAR(report.balancedness, result["balancedness_mean_over_layers"].get<double>(), 1e-9);
       EXPECT_NEAR(report.balancedness_sum_ratio, result["balancedness_sum_ratio"].get<double>(),
                   1e-9);
     }

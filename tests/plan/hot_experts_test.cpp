@@ -54,8 +54,10 @@ TEST(HotExperts, StrategiesByHand) {
 }
 
 TEST(HotExperts, RandomIsSeededAndKeepsUniformCounts) {
-  const auto a = plan::choose_hot_experts(kLoads, 5, {.strategy = HotExpertStrategy::kRandom, .seed = 7});
-  const auto b = plan::choose_hot_experts(kLoads, 5, {.strategy = HotExpertStrategy::kRandom, .seed = 7});
+  const auto a =
+      plan::choose_hot_experts(kLoads, 5, {.strategy = HotExpertStrategy::kRandom, .seed = 7});
+  const auto b =
+      plan::choose_hot_experts(kLoads, 5, {.strategy = HotExpertStrategy::kRandom, .seed = 7});
   EXPECT_EQ(a.on_gpu, b.on_gpu);
   EXPECT_EQ(a.layer_count, (std::vector<std::int64_t>{4, 2, 2, 1}));
   bool some_seed_differs = false;
@@ -66,9 +68,9 @@ TEST(HotExperts, RandomIsSeededAndKeepsUniformCounts) {
 }
 
 TEST(HotExperts, StrategyNamesRoundTrip) {
-  for (const auto s : {HotExpertStrategy::kUniform, HotExpertStrategy::kFrontLoading,
-                       HotExpertStrategy::kRandom, HotExpertStrategy::kFrequency,
-                       HotExpertStrategy::kLayerBalanced}) {
+  for (const auto s :
+       {HotExpertStrategy::kUniform, HotExpertStrategy::kFrontLoading, HotExpertStrategy::kRandom,
+        HotExpertStrategy::kFrequency, HotExpertStrategy::kLayerBalanced}) {
     EXPECT_EQ(plan::parse_hot_expert_strategy(plan::hot_expert_strategy_name(s)), s);
   }
   EXPECT_MOESTAT_ERROR(plan::parse_hot_expert_strategy("hottest"), "expected one of uniform");
@@ -84,12 +86,13 @@ RC_GTEST_PROP(HotExpertsProperty, EveryStrategySpendsTheBudgetWithinItsRules, ()
   const std::int64_t M = plan::num_moe_layers(loads);
   const auto budget = *rc::gen::inRange<std::int64_t>(0, M * E + 1);
   const double frequency_hit = plan::hot_expert_hit_rate(
-      loads, plan::choose_hot_experts(loads, budget, {.strategy = HotExpertStrategy::kFrequency})
-                 .on_gpu);
+      loads,
+      plan::choose_hot_experts(loads, budget, {.strategy = HotExpertStrategy::kFrequency}).on_gpu);
   for (const auto strategy :
        {HotExpertStrategy::kUniform, HotExpertStrategy::kFrontLoading, HotExpertStrategy::kRandom,
         HotExpertStrategy::kFrequency, HotExpertStrategy::kLayerBalanced}) {
-    const plan::HotExpertMask mask = plan::choose_hot_experts(loads, budget, {.strategy = strategy});
+    const plan::HotExpertMask mask =
+        plan::choose_hot_experts(loads, budget, {.strategy = strategy});
     std::int64_t on_moe = 0;
     for (std::int64_t l = 0; l < L; ++l) {
       const auto row = std::span(mask.on_gpu).subspan(std::size_t(l * E), std::size_t(E));
@@ -124,7 +127,8 @@ TEST(HotExperts, RealWorkloadsLayerBalancedIsCloseToFrequencyWithoutStarvingLaye
         const double hit = plan::hot_expert_hit_rate(loads, mask.on_gpu);
         const auto layers = plan::hot_expert_layer_hit_rates(loads, mask.on_gpu);
         double worst = 1.0;
-        for (std::int64_t l = 3; l < loads.num_layers; ++l) worst = std::min(worst, layers[std::size_t(l)]);
+        for (std::int64_t l = 3; l < loads.num_layers; ++l)
+          worst = std::min(worst, layers[std::size_t(l)]);
         std::printf("  %s %.4f (worst layer %.4f)",
                     std::string(plan::hot_expert_strategy_name(strategy)).c_str(), hit, worst);
         if (strategy == HotExpertStrategy::kUniform) uniform = hit;

@@ -45,10 +45,10 @@ TEST_F(RealWorkloads, InSampleMoestatIsNeverWorseThanTheReferenceOnAnyLayer) {
     std::printf("%s, in-sample balancedness (reference -> moestat):\n", named.name);
     for (std::size_t f = 0; f < files_.size(); ++f) {
       const plan::ExpertLoads& file = files_[f];
-      const auto reference = plan::evaluate_placement(
-          file, plan::plan_deepseek(file, named.config), named.config.num_gpus);
-      const auto ours = plan::evaluate_placement(
-          file, plan::plan_moestat({&file, 1}, named.config), named.config.num_gpus);
+      const auto reference = plan::evaluate_placement(file, plan::plan_deepseek(file, named.config),
+                                                      named.config.num_gpus);
+      const auto ours = plan::evaluate_placement(file, plan::plan_moestat({&file, 1}, named.config),
+                                                 named.config.num_gpus);
       for (std::int64_t l = 0; l < file.num_layers; ++l) {
         EXPECT_GE(ours.layer_balancedness[std::size_t(l)],
                   reference.layer_balancedness[std::size_t(l)])
@@ -71,16 +71,13 @@ TEST_F(RealWorkloads, LeaveOneOutMoestatBeatsTheReferenceOnTheSum) {
       for (std::size_t i = 0; i < files_.size(); ++i) {
         if (i != held_out) train.push_back(files_[i]);
       }
-      const Placement baseline =
-          plan::plan_deepseek(plan::equal_weight_sum(train), named.config);
+      const Placement baseline = plan::plan_deepseek(plan::equal_weight_sum(train), named.config);
       const Placement ours = plan::plan_moestat(train, named.config);
       const double b =
-          plan::evaluate_placement(files_[held_out], baseline, named.config.num_gpus)
-              .balancedness;
+          plan::evaluate_placement(files_[held_out], baseline, named.config.num_gpus).balancedness;
       const double o =
           plan::evaluate_placement(files_[held_out], ours, named.config.num_gpus).balancedness;
-      std::printf("  %-28s %10.4f %10.4f\n", test::deepseek_stats_files()[held_out].c_str(), b,
-                  o);
+      std::printf("  %-28s %10.4f %10.4f\n", test::deepseek_stats_files()[held_out].c_str(), b, o);
       EXPECT_GT(o, b + 0.005) << named.name << ", held out "
                               << test::deepseek_stats_files()[held_out];
       sum_baseline += b;

@@ -26,9 +26,9 @@ rc::Gen<Case> random_case() {
     const bool hierarchical = *rc::gen::arbitrary<bool>();
     const auto groups_per_node = *rc::gen::inRange<std::int64_t>(1, 4);
     // Hierarchical: groups divide by nodes. Global: they do not (or there is one node).
-    const std::int64_t num_groups =
-        hierarchical ? num_nodes * groups_per_node
-                     : (num_nodes == 1 ? 1 : num_nodes * groups_per_node + 1);
+    const std::int64_t num_groups = hierarchical
+                                        ? num_nodes * groups_per_node
+                                        : (num_nodes == 1 ? 1 : num_nodes * groups_per_node + 1);
     const auto group_size = *rc::gen::inRange<std::int64_t>(1, 7);
     const std::int64_t num_experts = num_groups * group_size;
     const std::int64_t num_gpus = num_nodes * gpus_per_node;

@@ -19,7 +19,7 @@ inline std::filesystem::path deepseek_stats_dir() {
 
 /// The six files of real DeepSeek-V3 statistics, in a fixed order.
 inline std::vector<std::string> deepseek_stats_files() {
-  return {"prefill_in512.json",        "prefill_in1024.json",     "prefill_in2048.json",
+  return {"prefill_in512.json",        "prefill_in1024.json",      "prefill_in2048.json",
           "decode_in1000out1000.json", "decode_in2000out100.json", "prefill_in1800out100.json"};
 }
 

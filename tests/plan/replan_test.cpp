@@ -40,8 +40,8 @@ TEST(Replan, LayersAtTheTargetAreLeftAlone) {
   const plan::EplbConfig config{40, 1, 1, 8};
   const plan::ExpertLoads loads = skewed_loads(3, 32, 1);
   const Placement good = plan::plan_moestat({&loads, 1}, config);
-  const plan::ReplanResult r =
-      plan::replan_with_few_copies(good, {&loads, 1}, config, {.target_balancedness = 0.5, .planner = {}});
+  const plan::ReplanResult r = plan::replan_with_few_copies(
+      good, {&loads, 1}, config, {.target_balancedness = 0.5, .planner = {}});
   EXPECT_TRUE(r.placement.same_maps(good));
   EXPECT_EQ(r.total_copies, 0);
   EXPECT_EQ(r.copies_per_layer, (std::vector<std::int64_t>{0, 0, 0}));
@@ -58,13 +58,14 @@ TEST(Replan, ReachesTheTargetWithFewerCopiesThanReplanningFromScratch) {
     const auto scratch_balance =
         plan::evaluate_placement(new_loads, scratch, config.num_gpus).layer_balancedness;
     const double target = 0.9;
-    const plan::ReplanResult r =
-        plan::replan_with_few_copies(current, {&new_loads, 1}, config, {.target_balancedness = target, .planner = {}});
+    const plan::ReplanResult r = plan::replan_with_few_copies(
+        current, {&new_loads, 1}, config, {.target_balancedness = target, .planner = {}});
     const auto after = plan::evaluate_placement(new_loads, r.placement, config.num_gpus);
     std::int64_t scratch_copies = 0;
     for (std::int64_t l = 0; l < 4; ++l) {
       EXPECT_EQ(r.copies_per_layer[std::size_t(l)], changed_slots(current, r.placement, l));
-      EXPECT_NEAR(r.balancedness_after[std::size_t(l)], after.layer_balancedness[std::size_t(l)], 1e-12);
+      EXPECT_NEAR(r.balancedness_after[std::size_t(l)], after.layer_balancedness[std::size_t(l)],
+                  1e-12);
       // The target is met wherever a plan from scratch meets it.
       if (scratch_balance[std::size_t(l)] >= target) {
         EXPECT_GE(after.layer_balancedness[std::size_t(l)], target) << "layer " << l;
@@ -104,14 +105,22 @@ TEST(Replan, RealWorkloadsCopiesToServeTheNextWorkload) {
     const Placement current = plan::plan_moestat({&from, 1}, config);
     const Placement scratch = plan::plan_moestat({&to, 1}, config);
     std::int64_t scratch_copies = 0;
-    for (std::int64_t l = 0; l < to.num_layers; ++l) scratch_copies += changed_slots(current, scratch, l);
-    const auto r = plan::replan_with_few_copies(current, {&to, 1}, config, {.target_balancedness = 0.95, .planner = {}});
-    const double before = std::accumulate(r.balancedness_before.begin(), r.balancedness_before.end(), 0.0) / double(to.num_layers);
-    const double after = std::accumulate(r.balancedness_after.begin(), r.balancedness_after.end(), 0.0) / double(to.num_layers);
-    std::printf("%s -> %s: balancedness %.4f -> %.4f with %lld copies (%.1f per layer); from scratch %lld\n",
-                files[i].c_str(), files[i + 1].c_str(), before, after,
-                static_cast<long long>(r.total_copies), double(r.total_copies) / double(to.num_layers),
-                static_cast<long long>(scratch_copies));
+    for (std::int64_t l = 0; l < to.num_layers; ++l)
+      scratch_copies += changed_slots(current, scratch, l);
+    const auto r = plan::replan_with_few_copies(current, {&to, 1}, config,
+                                                {.target_balancedness = 0.95, .planner = {}});
+    const double before =
+        std::accumulate(r.balancedness_before.begin(), r.balancedness_before.end(), 0.0) /
+        double(to.num_layers);
+    const double after =
+        std::accumulate(r.balancedness_after.begin(), r.balancedness_after.end(), 0.0) /
+        double(to.num_layers);
+    std::printf(
+        "%s -> %s: balancedness %.4f -> %.4f with %lld copies (%.1f per layer); from scratch "
+        "%lld\n",
+        files[i].c_str(), files[i + 1].c_str(), before, after,
+        static_cast<long long>(r.total_copies), double(r.total_copies) / double(to.num_layers),
+        static_cast<long long>(scratch_copies));
     EXPECT_LT(r.total_copies, scratch_copies);
     for (const double b : r.balancedness_after) EXPECT_GE(b, 0.95);
   }

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   app.footer("Run 'moestat COMMAND --help' for a command's options and an example.");
 
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
-  for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command}) {
+  for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
+                    moestat::cli::make_plan_command, moestat::cli::make_eval_command,
+                    moestat::cli::make_hot_experts_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   }
   fmt::print(
       stderr,
-      "moestat: a command is required (demo, inspect)\nRun with --help for more information.\n");
+      "moestat: a command is required (demo, inspect, plan, eval, hot-experts)\nRun with --help "
+      "for more information.\n");
   return moestat::cli::kExitUsageError;
 }

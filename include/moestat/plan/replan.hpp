@@ -2,7 +2,8 @@
 // as few expert-weight copies as possible.
 //
 //   plan::ReplanResult r = plan::replan_with_few_copies(current, {&loads, 1}, config,
-//                                                       {.target_balancedness = 0.95, .planner = {}});
+//                                                       {.target_balancedness = 0.95, .planner =
+//                                                       {}});
 //   // r.placement to apply; r.copies_per_layer[l] slots of layer l receive new weights.
 #pragma once
 
