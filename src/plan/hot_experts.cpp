@@ -24,19 +24,67 @@ std::vector<std::int64_t> even_split(std::int64_t budget, std::size_t moe_layers
   return counts;
 }
 
-/// Cells (layer, expert) of the MoE layers, heaviest first, ties by lower (layer, expert).
-std::vector<std::int64_t> cells_by_load(const ExpertLoads& loads,
-                                        const std::vector<std::int64_t>& moe_layers) {
-  std::vector<std::int64_t> cells;
-  cells.reserve(moe_layers.size() * std::size_t(loads.num_experts));
-  for (const std::int64_t l : moe_layers) {
-    for (std::int64_t e = 0; e < loads.num_experts; ++e) cells.push_back(l * loads.num_experts + e);
+/// Cells (layer, expert) of the MoE layers in order of load, heaviest first, ties to the
+/// lower (layer, expert): each layer sorted on its own, then merged lazily, so a budget of G
+/// cells costs O(L E log E + G log L) rather than a sort of all cells.
+class CellsByLoad {
+ public:
+  CellsByLoad(const ExpertLoads& loads, const std::vector<std::int64_t>& moe_layers)
+      : E_(loads.num_experts) {
+    for (const std::int64_t l : moe_layers) {
+      std::vector<std::pair<double, std::int64_t>> row;
+      row.reserve(std::size_t(E_));
+      for (std::int64_t e = 0; e < E_; ++e) row.emplace_back(loads.at(l, e), l * E_ + e);
+      std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      rows_.push_back(std::move(row));
+    }
+    next_.assign(rows_.size(), 0);
+    for (std::size_t r = 0; r < rows_.size(); ++r) heap_.push_back(r);
+    std::make_heap(heap_.begin(), heap_.end(),
+                   [this](std::size_t a, std::size_t b) { return later(a, b); });
   }
-  std::stable_sort(cells.begin(), cells.end(), [&](std::int64_t a, std::int64_t b) {
-    return loads.values[std::size_t(a)] > loads.values[std::size_t(b)];
-  });
-  return cells;
-}
+
+  /// The `rank`-th heaviest cell of layer number `r` (in MoE-layer order).
+  std::int64_t in_layer(std::size_t r, std::int64_t rank) const {
+    return rows_[r][std::size_t(rank)].second;
+  }
+  std::size_t num_layers() const { return rows_.size(); }
+
+  /// The next cell in the global order, skipping cells `skip` rejects and dropping layers
+  /// `exhausted` says are full; -1 when none is left.
+  template <typename Skip, typename Exhausted>
+  std::int64_t next(Skip skip, Exhausted exhausted) {
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(),
+                    [this](std::size_t a, std::size_t b) { return later(a, b); });
+      const std::size_t r = heap_.back();
+      heap_.pop_back();
+      if (exhausted(r)) continue;
+      const std::int64_t cell = rows_[r][next_[r]++].second;
+      if (next_[r] < rows_[r].size()) {
+        heap_.push_back(r);
+        std::push_heap(heap_.begin(), heap_.end(),
+                       [this](std::size_t a, std::size_t b) { return later(a, b); });
+      }
+      if (!skip(cell)) return cell;
+    }
+    return -1;
+  }
+
+ private:
+  std::int64_t E_;
+  std::vector<std::vector<std::pair<double, std::int64_t>>> rows_;
+  std::vector<std::size_t> next_;
+  std::vector<std::size_t> heap_;
+  /// Heap order: the head with the larger load (then the lower cell) on top.
+  bool later(std::size_t a, std::size_t b) const {
+    const auto& x = rows_[a][next_[a]];
+    const auto& y = rows_[b][next_[b]];
+    return x.first != y.first ? x.first < y.first : x.second > y.second;
+  }
+};
 
 }  // namespace
 
@@ -131,9 +179,12 @@ HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
       break;
     }
     case HotExpertStrategy::kFrequency: {
-      const std::vector<std::int64_t> cells = cells_by_load(loads, moe_layers);
-      for (std::int64_t i = 0; i < budget; ++i)
-        put(cells[std::size_t(i)] / E, cells[std::size_t(i)] % E);
+      CellsByLoad cells(loads, moe_layers);
+      for (std::int64_t i = 0; i < budget; ++i) {
+        const std::int64_t cell =
+            cells.next([](std::int64_t) { return false; }, [](std::size_t) { return false; });
+        put(cell / E, cell % E);
+      }
       break;
     }
     case HotExpertStrategy::kLayerBalanced: {
@@ -143,24 +194,22 @@ HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
       const std::int64_t high =
           std::clamp<std::int64_t>(std::int64_t(std::ceil(options.max_share * share)),
                                    (budget + M - 1) / std::max<std::int64_t>(M, 1), E);
-      const std::vector<std::int64_t> cells = cells_by_load(loads, moe_layers);
+      CellsByLoad cells(loads, moe_layers);
       std::int64_t left = budget;
       // First every layer's own heaviest `low` experts, then the global order within caps.
-      // Cells come heaviest first, so a layer's first `low` cells are its heaviest.
-      for (const std::int64_t cell : cells) {
-        const std::int64_t l = cell / E;
-        if (left > 0 && mask.layer_count[std::size_t(l)] < low) {
-          put(l, cell % E);
-          --left;
+      for (std::size_t r = 0; r < cells.num_layers(); ++r) {
+        for (std::int64_t k = 0; k < low && left > 0; ++k, --left) {
+          const std::int64_t cell = cells.in_layer(r, k);
+          put(cell / E, cell % E);
         }
       }
-      for (const std::int64_t cell : cells) {
-        if (left == 0) break;
-        const std::int64_t l = cell / E;
-        if (mask.on_gpu[std::size_t(cell)] == 0 && mask.layer_count[std::size_t(l)] < high) {
-          put(l, cell % E);
-          --left;
-        }
+      while (left > 0) {
+        const std::int64_t cell = cells.next(
+            [&](std::int64_t c) { return mask.on_gpu[std::size_t(c)] != 0; },
+            [&](std::size_t r) { return mask.layer_count[std::size_t(moe_layers[r])] >= high; });
+        if (cell < 0) break;
+        put(cell / E, cell % E);
+        --left;
       }
       break;
     }
