@@ -8,6 +8,21 @@
 namespace moestat::plan::detail {
 namespace {
 
+/// Restores a binary heap (`before(a, b)`: a belongs above b) below position `i` after the
+/// key of heap[i] moved away from the top. One sift-down instead of a pop and a push.
+template <typename Before>
+void sift_down(std::vector<std::int32_t>& heap, std::size_t i, Before before) {
+  const std::size_t n = heap.size();
+  const std::int32_t value = heap[i];
+  for (std::size_t child = 2 * i + 1; child < n; child = 2 * i + 1) {
+    if (child + 1 < n && before(heap[child + 1], heap[child])) ++child;
+    if (!before(heap[child], value)) break;
+    heap[i] = heap[child];
+    i = child;
+  }
+  heap[i] = value;
+}
+
 /// eplb.py's balanced_packing: items heaviest first (PyTorch's sort order, ties included),
 /// each into the lightest pack with room (lowest index among equals); every pack gets
 /// n / num_packs items. Writes each item's pack and its rank (arrival order) in the pack.
@@ -33,22 +48,23 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs, Dee
   s.pack_items.assign(std::size_t(num_packs), 0);
   s.heap.resize(std::size_t(num_packs));
   std::iota(s.heap.begin(), s.heap.end(), 0);
-  // Min-heap on (load, pack index): the top is Python's min() over packs with room.
-  const auto lighter_last = [&](std::int32_t a, std::int32_t b) {
+  // Min-heap on (load, pack index): the top is Python's min() over packs with room. All
+  // loads start at 0, so packs in index order already form the heap.
+  const auto lighter = [&](std::int32_t a, std::int32_t b) {
     const float la = s.pack_load[std::size_t(a)], lb = s.pack_load[std::size_t(b)];
-    return la != lb ? la > lb : a > b;
+    return la != lb ? la < lb : a < b;
   };
   for (const auto& [load, item] : s.sorted) {
-    std::pop_heap(s.heap.begin(), s.heap.end(), lighter_last);
-    const std::int32_t pack = s.heap.back();
+    const std::int32_t pack = s.heap.front();
     s.pack_of[std::size_t(item)] = pack;
     s.rank_in_pack[std::size_t(item)] = s.pack_items[std::size_t(pack)]++;
     s.pack_load[std::size_t(pack)] += load;
-    if (s.pack_items[std::size_t(pack)] < capacity) {
-      std::push_heap(s.heap.begin(), s.heap.end(), lighter_last);
-    } else {
+    if (s.pack_items[std::size_t(pack)] == capacity) {  // full: leaves the heap
+      s.heap.front() = s.heap.back();
       s.heap.pop_back();
+      if (s.heap.empty()) break;
     }
+    sift_down(s.heap, 0, lighter);
   }
 }
 
@@ -64,18 +80,18 @@ void replicate(std::span<const float> weight, std::int32_t num_slots, DeepseekSc
   s.phy_load.assign(weight.begin(), weight.end());  // load / replicas, per expert
   s.heap.resize(weight.size());
   std::iota(s.heap.begin(), s.heap.end(), 0);
-  const auto smaller = [&](std::int32_t a, std::int32_t b) {
+  // Max-heap on (load / replicas, then the lower index).
+  const auto heavier = [&](std::int32_t a, std::int32_t b) {
     const float va = s.phy_load[std::size_t(a)], vb = s.phy_load[std::size_t(b)];
-    return va != vb ? va < vb : a > b;
+    return va != vb ? va > vb : a < b;
   };
-  std::make_heap(s.heap.begin(), s.heap.end(), smaller);
+  for (std::size_t i = s.heap.size() / 2; i-- > 0;) sift_down(s.heap, i, heavier);
   for (std::int32_t slot = num_experts; slot < num_slots; ++slot) {
-    std::pop_heap(s.heap.begin(), s.heap.end(), smaller);
-    const std::int32_t expert = s.heap.back();
+    const std::int32_t expert = s.heap.front();
     s.phy2mlog[std::size_t(slot)] = expert;
     const std::int32_t count = ++s.mlog_count[std::size_t(expert)];
     s.phy_load[std::size_t(expert)] = weight[std::size_t(expert)] / float(count);
-    std::push_heap(s.heap.begin(), s.heap.end(), smaller);
+    sift_down(s.heap, 0, heavier);
   }
 }
 
