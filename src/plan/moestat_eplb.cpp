@@ -196,6 +196,10 @@ Placement plan_moestat(std::span<const ExpertLoads> scenarios, const EplbConfig&
   }
   config.validate(E);
   MOESTAT_CHECK(options.max_moves_per_layer >= 0, "plan: max_moves_per_layer must be >= 0");
+  MoestatPlanOptions resolved = options;
+  if (resolved.max_moves_per_layer == 0) {
+    resolved.max_moves_per_layer = scenarios.size() == 1 ? 128 : 64;
+  }
   const Shape shape = shape_of(config, E);
   const auto P = std::size_t(config.num_replicas);
   std::vector<std::int32_t> map(std::size_t(L) * P);
@@ -225,9 +229,9 @@ Placement plan_moestat(std::span<const ExpertLoads> scenarios, const EplbConfig&
                    [](double v) { return static_cast<float>(v); });
     detail::deepseek_plan_layer(reference_input, config, out, scratch);
     if (layer.num_scenarios == 0) continue;  // a dense layer: any valid map will do
-    construct_map(layer, shape, out, options, candidate);
+    construct_map(layer, shape, out, resolved, candidate);
     const auto score = [&](std::span<const std::int32_t> m) {
-      return score_layer(layer, m, shape, std::int32_t(config.num_gpus), options.objective);
+      return score_layer(layer, m, shape, std::int32_t(config.num_gpus), resolved.objective);
     };
     if (score(candidate).better_than(score(out)))
       std::copy(candidate.begin(), candidate.end(), out.begin());

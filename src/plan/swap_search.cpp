@@ -125,6 +125,8 @@ void improve_by_swaps(const PackingProblem& p, std::span<std::int32_t> bin_of,
   std::vector<std::int32_t> critical_scenario;
   critical_scenario.reserve(std::size_t(S));
   std::vector<std::int32_t> partners(static_cast<std::size_t>(B));
+  std::vector<std::int32_t> pair_order(static_cast<std::size_t>(S));
+  std::vector<double> rest(static_cast<std::size_t>(S)), rest_bound(std::size_t(S) + 1);
 
   for (std::int64_t move = 0; move < max_moves; ++move) {
     double objective = 0.0;
@@ -177,6 +179,26 @@ void improve_by_swaps(const PackingProblem& p, std::span<std::int32_t> bin_of,
       for (std::int32_t scanned = 0; scanned < B && best_a < 0; ++scanned) {
         const std::int32_t y = partners[std::size_t(scanned)];
         if (y == x) continue;
+        // Scenarios where x is heaviest first (only they can drop); for each, the heaviest
+        // bin other than x and y; and a bound: the objective over the scenarios not yet
+        // looked at is at least the combination of those, so most swaps stop early.
+        std::int32_t n = 0;
+        for (std::int32_t s = 0; s < S; ++s) {
+          if (top[std::size_t(s)][0] == x) pair_order[std::size_t(n++)] = s;
+        }
+        for (std::int32_t s = 0; s < S; ++s) {
+          if (top[std::size_t(s)][0] != x) pair_order[std::size_t(n++)] = s;
+        }
+        rest_bound[std::size_t(S)] = 0.0;
+        for (std::int32_t k = S - 1; k >= 0; --k) {
+          const std::array<std::int32_t, 3>& t = top[std::size_t(pair_order[std::size_t(k)])];
+          const std::int32_t other = t[0] != x && t[0] != y   ? t[0]
+                                     : t[1] != x && t[1] != y ? t[1]
+                                                              : t[2];
+          rest[std::size_t(k)] = other >= 0 ? L(other, pair_order[std::size_t(k)]) : 0.0;
+          rest_bound[std::size_t(k)] =
+              combine(p.objective, rest_bound[std::size_t(k + 1)], rest[std::size_t(k)]);
+        }
         for (std::int32_t ia = 0; ia < cap; ++ia) {
           const std::int32_t a = members[std::size_t(x * cap + ia)];
           for (std::int32_t ib = 0; ib < cap; ++ib) {
@@ -185,16 +207,11 @@ void improve_by_swaps(const PackingProblem& p, std::span<std::int32_t> bin_of,
             const double limit = best_objective * (1.0 + kRelativeTolerance);
             std::int32_t k = 0;
             for (; k < S; ++k) {
-              const std::int32_t s = order[std::size_t(k)];
+              const std::int32_t s = pair_order[std::size_t(k)];
               const double d = W(a, s) - W(b, s);
-              const std::array<std::int32_t, 3>& t = top[std::size_t(s)];
-              const std::int32_t other = t[0] != x && t[0] != y   ? t[0]
-                                         : t[1] != x && t[1] != y ? t[1]
-                                                                  : t[2];
-              const double rest = other >= 0 ? L(other, s) : 0.0;
               const double lx = L(x, s) - d, ly = L(y, s) + d;
-              candidate = combine(p.objective, candidate, std::max({rest, lx, ly}));
-              if (candidate > limit) break;
+              candidate = combine(p.objective, candidate, std::max({rest[std::size_t(k)], lx, ly}));
+              if (combine(p.objective, candidate, rest_bound[std::size_t(k + 1)]) > limit) break;
               squares += lx * lx + ly * ly - L(x, s) * L(x, s) - L(y, s) * L(y, s);
             }
             if (k < S) continue;
