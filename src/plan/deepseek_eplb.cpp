@@ -15,7 +15,8 @@ Placement plan_deepseek(const ExpertLoads& loads, const EplbConfig& config) {
   for (std::int64_t layer = 0; layer < loads.num_layers; ++layer) {
     // The reference rounds its input to float32 first (weight.float()).
     const std::span<const double> row = loads.row(layer);
-    for (std::size_t e = 0; e < num_experts; ++e) weight[e] = static_cast<float>(row[e]);
+    // + 0 turns a -0 into +0, which sorts as the reference sorts it.
+    for (std::size_t e = 0; e < num_experts; ++e) weight[e] = static_cast<float>(row[e]) + 0.0F;
     detail::deepseek_plan_layer(
         weight, config, std::span(map).subspan(std::size_t(layer) * num_slots, num_slots), scratch);
   }

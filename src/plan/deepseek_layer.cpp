@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <numeric>
 
 namespace moestat::plan::detail {
@@ -38,9 +39,13 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs, Dee
   }
   // NOTE: std::sort on (value, index) pairs with a value-only comparison is what PyTorch's
   // CPU sort runs; equal values then land in the order libstdc++'s introsort leaves them.
+  // The values are non-negative floats (never -0, never NaN), whose bit patterns order as
+  // unsigned integers exactly as the floats do: every comparison, hence the permutation,
+  // is the same, without the floating-point compares.
   s.sorted.resize(weight.size());
-  for (std::int32_t i = 0; i < num_items; ++i)
-    s.sorted[std::size_t(i)] = {weight[std::size_t(i)], i};
+  for (std::int32_t i = 0; i < num_items; ++i) {
+    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
+  }
   std::sort(s.sorted.begin(), s.sorted.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
 
@@ -54,7 +59,8 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs, Dee
     const float la = s.pack_load[std::size_t(a)], lb = s.pack_load[std::size_t(b)];
     return la != lb ? la < lb : a < b;
   };
-  for (const auto& [load, item] : s.sorted) {
+  for (const auto& [bits, item] : s.sorted) {
+    const float load = std::bit_cast<float>(bits);
     const std::int32_t pack = s.heap.front();
     s.pack_of[std::size_t(item)] = pack;
     s.rank_in_pack[std::size_t(item)] = s.pack_items[std::size_t(pack)]++;

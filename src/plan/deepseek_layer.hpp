@@ -15,11 +15,12 @@ struct DeepseekScratch {
   std::vector<float> group_load, mlog_load, phy_load, pack_load;
   std::vector<std::int32_t> pack_of, rank_in_pack, pack_items, log2mlog, mlog2log, phy2mlog,
       mlog_count, heap;
-  std::vector<std::pair<float, std::int32_t>> sorted;
+  std::vector<std::pair<std::uint32_t, std::int32_t>> sorted;  ///< (float bits, index)
 };
 
 /// Writes the reference's physical_to_logical row for one layer: `weight` [E] (already
-/// rounded to float32), `phy2log` [P]. `config` must be valid for E (see EplbConfig).
+/// rounded to float32, non-negative, +0 rather than -0), `phy2log` [P]. `config` must be valid for
+/// E (see EplbConfig).
 void deepseek_plan_layer(std::span<const float> weight, const EplbConfig& config,
                          std::span<std::int32_t> phy2log, DeepseekScratch& scratch);
 

@@ -226,7 +226,7 @@ Placement plan_moestat(std::span<const ExpertLoads> scenarios, const EplbConfig&
     const std::span<std::int32_t> out = std::span(map).subspan(std::size_t(l) * P, P);
     // The reference's plan on the equal-weight sum (for one scenario: on the scenario).
     std::transform(combined.begin(), combined.end(), reference_input.begin(),
-                   [](double v) { return static_cast<float>(v); });
+                   [](double v) { return static_cast<float>(v) + 0.0F; });
     detail::deepseek_plan_layer(reference_input, config, out, scratch);
     if (layer.num_scenarios == 0) continue;  // a dense layer: any valid map will do
     construct_map(layer, shape, out, resolved, candidate);
