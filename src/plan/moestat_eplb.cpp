@@ -1,5 +1,6 @@
-// The moestat planner: the reference's plan and moestat's own construction, each improved
-// by swap search under every scenario, and the better of the two kept per layer.
+// The moestat planner: its own construction (groups onto nodes, replica counts, greedy
+// packing, swap search under every scenario) against the reference's plan, the better of
+// the two kept per layer.
 #include <algorithm>
 #include <moestat/error.hpp>
 #include <moestat/plan/eplb.hpp>
@@ -66,26 +67,21 @@ detail::PackingScore score_layer(const LayerScenarios& layer, std::span<const st
   return detail::score_packing(problem, gpu_of);
 }
 
-/// Packs one node's replicas onto its GPUs and writes its slots. `experts` are the node's
-/// logical experts, `copies` [experts] their replica counts (summing to slots_per_node);
-/// `start` [slots_per_node], when given, is a packing to improve on instead of a greedy one
-/// (its entries are the GPU of each replica in the order experts x copies).
+/// Packs one node's replicas onto its GPUs (greedy start, then swap search) and writes its
+/// slots. `experts` are the node's logical experts, `copies` [experts] their replica counts
+/// (summing to slots_per_node).
 void pack_node(const LayerScenarios& layer, const Shape& shape,
                std::span<const std::int32_t> experts, std::span<const std::int32_t> copies,
-               std::span<const std::int32_t> start, const MoestatPlanOptions& options,
-               std::span<std::int32_t> node_slots) {
+               const MoestatPlanOptions& options, std::span<std::int32_t> node_slots) {
   const std::int32_t S = layer.num_scenarios;
   std::vector<std::int32_t> replica_expert;
+  std::vector<double> weights;  // [replicas, S]: the expert's share / its replica count
   for (std::size_t j = 0; j < experts.size(); ++j) {
-    replica_expert.insert(replica_expert.end(), std::size_t(copies[j]), experts[j]);
-  }
-  std::vector<double> weights(replica_expert.size() * std::size_t(S));
-  for (std::size_t i = 0; i < replica_expert.size(); ++i) {
-    const std::int32_t e = replica_expert[i];
-    const std::size_t j =
-        std::size_t(std::find(experts.begin(), experts.end(), e) - experts.begin());
-    for (std::int32_t s = 0; s < S; ++s) {
-      weights[i * std::size_t(S) + std::size_t(s)] = layer.at(s, e, shape.num_experts) / copies[j];
+    for (std::int32_t c = 0; c < copies[j]; ++c) {
+      replica_expert.push_back(experts[j]);
+      for (std::int32_t s = 0; s < S; ++s) {
+        weights.push_back(layer.at(s, experts[j], shape.num_experts) / copies[j]);
+      }
     }
   }
   const detail::PackingProblem problem{.num_scenarios = S,
@@ -93,9 +89,7 @@ void pack_node(const LayerScenarios& layer, const Shape& shape,
                                        .num_bins = shape.gpus_per_node,
                                        .weights = weights,
                                        .objective = options.objective};
-  std::vector<std::int32_t> gpu_of = start.empty()
-                                         ? detail::greedy_packing(problem)
-                                         : std::vector<std::int32_t>(start.begin(), start.end());
+  std::vector<std::int32_t> gpu_of = detail::greedy_packing(problem);
   detail::improve_by_swaps(problem, gpu_of, options.max_moves_per_layer);
   std::vector<std::int32_t> filled(std::size_t(shape.gpus_per_node), 0);
   for (std::size_t i = 0; i < replica_expert.size(); ++i) {
@@ -176,7 +170,7 @@ void construct_map(const LayerScenarios& layer, const Shape& shape,
     }
     const std::vector<std::int32_t> copies = replica_counts(layer, shape, experts);
     pack_node(
-        layer, shape, experts, copies, {}, options,
+        layer, shape, experts, copies, options,
         map.subspan(std::size_t(node * shape.slots_per_node), std::size_t(shape.slots_per_node)));
   }
 }
