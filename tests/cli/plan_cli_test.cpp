@@ -80,6 +80,31 @@ TEST(CliPlan, MoestatTakesEveryFileAsAScenario) {
   EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
 }
 
+TEST(CliPlan, OneWindowFileGivesItsPassesAsScenarios) {
+  ScratchDir dir;
+  // [W=3][L][E]: three passes, the middle one empty (an unused ring row).
+  const std::vector<plan::ExpertLoads> passes{small_loads(1), small_loads(2)};
+  Json window = Json::array();
+  for (const plan::ExpertLoads* pass :
+       {&passes[0], static_cast<const plan::ExpertLoads*>(nullptr), &passes[1]}) {
+    Json rows = Json::array();
+    for (std::int64_t l = 0; l < 4; ++l) {
+      std::vector<std::int64_t> row(8, 0);
+      for (std::int64_t e = 0; pass != nullptr && e < 8; ++e)
+        row[std::size_t(e)] = std::int64_t(pass->at(l, e));
+      rows.push_back(row);
+    }
+    window.push_back(rows);
+  }
+  io::write_file_atomically(dir.path() / "w.json", Json{{"logical_count", window}}.dump());
+  const CliRun run =
+      run_cli(fmt::format("plan --stats {} {} --out {}", quoted(dir.path() / "w.json"), kShape,
+                          quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
+  EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(plan::plan_moestat(passes, kConfig)));
+}
+
 TEST(CliPlan, PreviousPlacementReportsCopiesPerLayer) {
   ScratchDir dir;
   const auto a = write_loads(dir, "a.json", small_loads(1));
