@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <moestat/io/json.hpp>
+#include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/hot_experts.hpp>
 #include <moestat/plan/metrics.hpp>
@@ -103,6 +104,19 @@ TEST(CliPlan, OneWindowFileGivesItsPassesAsScenarios) {
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
   EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(plan::plan_moestat(passes, kConfig)));
+}
+
+TEST(CliPlan, CrossNodeReplicasAreBoundedAndReported) {
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(5);
+  const auto a = write_loads(dir, "a.json", loads);
+  const CliRun run = run_cli(fmt::format("plan --stats {} {} --cross-node-replicas 1 --out {}",
+                                         quoted(a), kShape, quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("cross-node:"), std::string::npos) << run.out;
+  const plan::CrossNodeResult want =
+      plan::relax_across_nodes(plan::plan_moestat({&loads, 1}, kConfig), {&loads, 1}, kConfig, 1);
+  EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(want.placement));
 }
 
 TEST(CliPlan, PreviousPlacementReportsCopiesPerLayer) {

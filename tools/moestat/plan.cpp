@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <moestat/error.hpp>
+#include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/metrics.hpp>
 #include <moestat/plan/replan.hpp>
@@ -82,6 +83,11 @@ class PlanCommand final : public Command {
                     "scenarios")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();
+    sub->add_option("--cross-node-replicas", cross_node_,
+                    "moestat, hierarchical: let up to K replicas per layer sit off their "
+                    "group's node (reports the share of assignments they serve)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub->add_option("--out", out_, "Output placement (JSON)")->required();
     sub->footer(
         "The output is exactly {\"physical_to_logical_map\": [L][P]} for SGLang's\n"
@@ -131,7 +137,13 @@ class PlanCommand final : public Command {
     } else if (algorithm_ == "moestat") {
       chosen = plan::plan_moestat(scenarios, config_, options);
     } else {
+      MOESTAT_CHECK(cross_node_ == 0, "--cross-node-replicas needs --algorithm moestat");
       chosen = reference;
+    }
+    std::optional<plan::CrossNodeResult> relaxed;
+    if (cross_node_ > 0) {
+      relaxed = plan::relax_across_nodes(*chosen, scenarios, config_, cross_node_);
+      chosen = relaxed->placement;
     }
     write_placement_file(out_, *chosen);
 
@@ -160,6 +172,14 @@ class PlanCommand final : public Command {
       fmt::print("copies:      {} expert-weight copies in all; per layer: {}\n", total,
                  fmt::join(copies, " "));
     }
+    if (relaxed) {
+      std::int64_t total = 0;
+      for (const std::int64_t c : relaxed->cross_node_replicas) total += c;
+      fmt::print(
+          "cross-node:  {} replicas off their group's node ({} per layer at most), "
+          "serving {:.4f} of the assignments\n",
+          total, cross_node_, relaxed->cross_node_share);
+    }
     fmt::print("wrote:       {}\n", out_);
     return kExitOk;
   }
@@ -172,6 +192,7 @@ class PlanCommand final : public Command {
   double target_ = 0.95;
   std::string objective_ = "expected";
   std::int64_t max_scenarios_ = 8;
+  std::int64_t cross_node_ = 0;
   std::string out_;
 };
 
