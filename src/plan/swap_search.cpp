@@ -119,8 +119,7 @@ void improve_by_swaps(const PackingProblem& p, std::span<std::int32_t> bin_of,
   std::vector<std::array<std::int32_t, 3>> top(static_cast<std::size_t>(S));
   std::vector<std::int32_t> critical;
   critical.reserve(std::size_t(S));
-  // Scenarios in the order candidates are checked: the one that sets the objective first,
-  // so most candidates are rejected after one scenario.
+  // Scenarios by their heaviest bin, heaviest first: the order critical bins are tried in.
   std::vector<std::int32_t> order(static_cast<std::size_t>(S));
   std::vector<std::int32_t> critical_scenario;
   critical_scenario.reserve(std::size_t(S));
