@@ -23,5 +23,8 @@ class Command {
 std::unique_ptr<Command> make_inspect_command();
 std::unique_ptr<Command> make_demo_command();
 std::unique_ptr<Command> make_convert_command();
+std::unique_ptr<Command> make_plan_command();
+std::unique_ptr<Command> make_eval_command();
+std::unique_ptr<Command> make_hot_experts_command();
 
 }  // namespace moestat::cli

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
-                    moestat::cli::make_convert_command}) {
+                    moestat::cli::make_convert_command, moestat::cli::make_plan_command,
+                    moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -50,7 +51,9 @@ int main(int argc, char** argv) {
     return moestat::cli::kExitRuntimeError;
   }
   fmt::print(stderr,
-             "moestat: a command is required (demo, inspect, convert)\nRun with --help for more "
-             "information.\n");
+             "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts)
+"
+             "Run with --help for more information.
+");
   return moestat::cli::kExitUsageError;
 }

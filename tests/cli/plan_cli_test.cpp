@@ -1,0 +1,232 @@
+// `moestat plan`, `eval` and `hot-experts` end to end: the files they write are re-read and
+// compared with the library's results for the same inputs; exit codes 0 / 1 / 2.
+#include <gtest/gtest.h>
+
+#include <moestat/io/json.hpp>
+#include <moestat/plan/cross_node.hpp>
+#include <moestat/plan/eplb.hpp>
+#include <moestat/plan/hot_experts.hpp>
+#include <moestat/plan/metrics.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_run.hpp"
+
+namespace moestat {
+namespace {
+
+using test::CliRun;
+using test::quoted;
+using test::run_cli;
+using test::ScratchDir;
+using Json = nlohmann::json;
+
+/// 4 layers (layer 0 dense), 8 experts in 4 groups of 2; skewed, a different hot set per
+/// layer and per `seed`.
+plan::ExpertLoads small_loads(int seed) {
+  plan::ExpertLoads loads{4, 8, std::vector<double>(32, 0.0)};
+  for (int l = 1; l < 4; ++l) {
+    for (int e = 0; e < 8; ++e) {
+      loads.values[std::size_t(l * 8 + e)] =
+          double(1 + ((e * 5 + l * 3 + seed * 7) % 8) * ((e + seed) % 3 + 1) * 10);
+    }
+  }
+  return loads;
+}
+
+std::filesystem::path write_loads(const ScratchDir& dir, const std::string& name,
+                                  const plan::ExpertLoads& loads) {
+  Json rows = Json::array();
+  for (std::int64_t l = 0; l < loads.num_layers; ++l) {
+    std::vector<std::int64_t> row;
+    for (const double v : loads.row(l)) row.push_back(std::int64_t(v));
+    rows.push_back(row);
+  }
+  const auto path = dir.path() / name;
+  io::write_file_atomically(path, Json{{"logical_count", rows}}.dump());
+  return path;
+}
+
+Placement read_placement(const std::filesystem::path& path) {
+  const Json doc = Json::parse(test::read_whole_file(path));
+  EXPECT_EQ(doc.size(), 1U) << "only physical_to_logical_map may be written";
+  return io::placement_from_json(doc.dump(), 8);
+}
+
+constexpr const char* kShape = "--replicas 12 --groups 4 --nodes 2 --gpus 4";
+const plan::EplbConfig kConfig{12, 4, 2, 4};
+
+TEST(CliPlan, DeepseekWritesTheLibrarysPlanForEveryRowDenseOnesIncluded) {
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(1);
+  const auto stats = write_loads(dir, "a.json", loads);
+  const CliRun run = run_cli(fmt::format("plan --stats {} --algorithm deepseek {} --out {}",
+                                         quoted(stats), kShape, quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const Placement written = read_placement(dir.path() / "p.json");
+  EXPECT_EQ(written.num_layers(), 4);
+  EXPECT_TRUE(written.same_maps(plan::plan_deepseek(loads, kConfig)));
+  EXPECT_NE(run.out.find("algorithm:   deepseek"), std::string::npos) << run.out;
+}
+
+TEST(CliPlan, MoestatTakesEveryFileAsAScenario) {
+  ScratchDir dir;
+  const std::vector<plan::ExpertLoads> loads{small_loads(1), small_loads(2)};
+  const auto a = write_loads(dir, "a.json", loads[0]);
+  const auto b = write_loads(dir, "b.json", loads[1]);
+  const CliRun run =
+      run_cli(fmt::format("plan --stats {} --stats {} --algorithm moestat {} --out {}", quoted(a),
+                          quoted(b), kShape, quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(plan::plan_moestat(loads, kConfig)));
+  EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
+}
+
+TEST(CliPlan, OneWindowFileGivesItsPassesAsScenarios) {
+  ScratchDir dir;
+  // [W=3][L][E]: three passes, the middle one empty (an unused ring row).
+  const std::vector<plan::ExpertLoads> passes{small_loads(1), small_loads(2)};
+  Json window = Json::array();
+  for (const plan::ExpertLoads* pass :
+       {&passes[0], static_cast<const plan::ExpertLoads*>(nullptr), &passes[1]}) {
+    Json rows = Json::array();
+    for (std::int64_t l = 0; l < 4; ++l) {
+      std::vector<std::int64_t> row(8, 0);
+      for (std::int64_t e = 0; pass != nullptr && e < 8; ++e)
+        row[std::size_t(e)] = std::int64_t(pass->at(l, e));
+      rows.push_back(row);
+    }
+    window.push_back(rows);
+  }
+  io::write_file_atomically(dir.path() / "w.json", Json{{"logical_count", window}}.dump());
+  const CliRun run =
+      run_cli(fmt::format("plan --stats {} {} --out {}", quoted(dir.path() / "w.json"), kShape,
+                          quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
+  EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(plan::plan_moestat(passes, kConfig)));
+}
+
+TEST(CliPlan, CrossNodeReplicasAreBoundedAndReported) {
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(5);
+  const auto a = write_loads(dir, "a.json", loads);
+  const CliRun run = run_cli(fmt::format("plan --stats {} {} --cross-node-replicas 1 --out {}",
+                                         quoted(a), kShape, quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("cross-node:"), std::string::npos) << run.out;
+  const plan::CrossNodeResult want =
+      plan::relax_across_nodes(plan::plan_moestat({&loads, 1}, kConfig), {&loads, 1}, kConfig, 1);
+  EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(want.placement));
+}
+
+TEST(CliPlan, PreviousPlacementReportsCopiesPerLayer) {
+  ScratchDir dir;
+  const auto a = write_loads(dir, "a.json", small_loads(1));
+  const auto b = write_loads(dir, "b.json", small_loads(2));
+  ASSERT_EQ(run_cli(fmt::format("plan --stats {} {} --out {}", quoted(a), kShape,
+                                quoted(dir.path() / "p.json")))
+                .code,
+            0);
+  const CliRun run =
+      run_cli(fmt::format("plan --stats {} {} --previous {} --target 0.9 --out {}", quoted(b),
+                          kShape, quoted(dir.path() / "p.json"), quoted(dir.path() / "q.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("copies:"), std::string::npos) << run.out;
+  EXPECT_EQ(read_placement(dir.path() / "q.json").num_layers(), 4);
+}
+
+TEST(CliEval, JsonHasTheLibrarysMetrics) {
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(3);
+  const auto stats = write_loads(dir, "a.json", loads);
+  const Placement placement = plan::plan_deepseek(loads, kConfig);
+  io::write_file_atomically(dir.path() / "p.json", io::placement_to_json(placement));
+  const CliRun run = run_cli(fmt::format("eval --stats {} --placement {} --gpus 4 --json",
+                                         quoted(stats), quoted(dir.path() / "p.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const Json out = Json::parse(run.out);
+  const plan::BalanceReport r = plan::evaluate_placement(loads, placement, 4);
+  EXPECT_DOUBLE_EQ(out["balancedness"].get<double>(), r.balancedness);
+  EXPECT_DOUBLE_EQ(out["balancedness_sum_ratio"].get<double>(), r.balancedness_sum_ratio);
+  EXPECT_DOUBLE_EQ(out["imbalance"].get<double>(), r.imbalance);
+  EXPECT_EQ(out["num_loaded_layers"].get<std::int64_t>(), 3);
+}
+
+TEST(CliHotExperts, MaskFileAndHitRateMatchTheLibrary) {
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(4);
+  const auto stats = write_loads(dir, "a.json", loads);
+  const CliRun run = run_cli(
+      fmt::format("hot-experts --stats {} --strategy frequency --per-layer 3 --out {} --json",
+                  quoted(stats), quoted(dir.path() / "m.json")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const plan::HotExpertMask mask =
+      plan::choose_hot_experts(loads, 9, {.strategy = plan::HotExpertStrategy::kFrequency});
+  const Json file = Json::parse(test::read_whole_file(dir.path() / "m.json"));
+  std::vector<std::uint8_t> written;
+  for (const Json& row : file["gpu_experts_mask"]) {
+    for (const Json& v : row) written.push_back(v.get<bool>() ? 1 : 0);
+  }
+  EXPECT_EQ(written, mask.on_gpu);
+  const Json out = Json::parse(run.out);
+  EXPECT_EQ(out["budget"].get<std::int64_t>(), 9);
+  EXPECT_DOUBLE_EQ(out["hit_rate"].get<double>(), plan::hot_expert_hit_rate(loads, mask.on_gpu));
+}
+
+TEST(CliPlanCommands, HelpHasAnExample) {
+  for (const char* name : {"plan", "eval", "hot-experts"}) {
+    SCOPED_TRACE(name);
+    const CliRun run = run_cli(std::string(name) + " --help");
+    EXPECT_EQ(run.code, 0);
+    EXPECT_NE(run.out.find("Example:\n  moestat " + std::string(name) + " "), std::string::npos)
+        << run.out;
+  }
+}
+
+TEST(CliPlanCommands, UsageErrorsExitTwo) {
+  ScratchDir dir;
+  const auto stats = write_loads(dir, "a.json", small_loads(1));
+  const std::string out = "--out " + quoted(dir.path() / "x.json");
+  for (const std::string& args :
+       {"plan --stats " + quoted(stats) + " --gpus 4 " + out,
+        "plan --stats " + quoted(stats) + " --algorithm best " + kShape + " " + out,
+        "eval --stats " + quoted(stats) + " --gpus 4",
+        "hot-experts --stats " + quoted(stats) + " --strategy frequency " + out,
+        "hot-experts --stats " + quoted(stats) +
+            " --strategy frequency --per-layer 1 --ratio 0.5 " + out,
+        "hot-experts --stats " + quoted(stats) + " --strategy hottest --per-layer 1 " + out}) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 2) << run.out << run.err;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.json"});
+}
+
+TEST(CliPlanCommands, RuntimeErrorsExitOneNamingTheProblemAndWriteNothing) {
+  ScratchDir dir;
+  const auto stats = write_loads(dir, "a.json", small_loads(1));
+  const std::string out = "--out " + quoted(dir.path() / "x.json");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"plan --stats " + quoted(dir.path() / "w.pt") + " " + kShape + " " + out,
+       "not supported in this build"},
+      {"plan --stats " + quoted(dir.path() / "none.json") + " " + kShape + " " + out, "none.json"},
+      {"plan --stats " + quoted(stats) + " --replicas 10 --gpus 4 " + out,
+       "do not divide evenly over 4 GPUs"},
+      {"plan --stats " + quoted(stats) + " --replicas 4 --gpus 4 " + out,
+       "cannot hold 8 logical experts"},
+      {"plan --stats " + quoted(stats) + " --algorithm deepseek --previous " + quoted(stats) + " " +
+           kShape + " " + out,
+       "--previous needs --algorithm moestat"},
+      {"hot-experts --stats " + quoted(stats) + " --strategy uniform --per-layer 9 " + out,
+       "outside [0, 8]"}};
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 1) << run.out << run.err;
+    EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.json"});
+}
+
+}  // namespace
+}  // namespace moestat

@@ -1,0 +1,80 @@
+// `moestat eval`: how well a placement balances recorded loads.
+#include <fmt/format.h>
+
+#include <moestat/error.hpp>
+#include <moestat/plan/metrics.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "command.hpp"
+#include "plan_files.hpp"
+
+namespace moestat::cli {
+namespace {
+
+class EvalCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* sub =
+        app.add_subcommand("eval", "Measure how well a placement balances recorded loads");
+    sub->add_option("--stats", stats_,
+                    "Load file: JSON with logical_count [L][E] or [W][L][E] (summed over the "
+                    "window) or expert_popularity [L][E]")
+        ->required();
+    sub->add_option("--placement", placement_, "Placement file: physical_to_logical_map [L][P]")
+        ->required();
+    sub->add_option("--gpus", num_gpus_, "GPUs: slot p lives on GPU p / (P / gpus)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("--json", json_, "Print one JSON object instead of text");
+    sub->footer(
+        "Layers without load (dense layers) are left out of every mean. balancedness is\n"
+        "SGLang's mean over layers of mean/max GPU load; balancedness_sum_ratio is vLLM's sum\n"
+        "of means over sum of maxes; imbalance is TensorRT-LLM's (max - mean) / mean.\n\n"
+        "Example:\n"
+        "  moestat eval --stats today.json --placement placement.json --gpus 32 --json");
+    return sub;
+  }
+
+  int run() override {
+    const plan::ExpertLoads loads = read_load_file(stats_).total();
+    const Placement placement = read_placement_file(placement_, loads.num_experts);
+    MOESTAT_CHECK(placement.num_layers() == loads.num_layers, "{} has {} layers, {} has {}",
+                  placement_, placement.num_layers(), stats_, loads.num_layers);
+    const plan::BalanceReport r = plan::evaluate_placement(loads, placement, num_gpus_);
+    const double gini = plan::mean_expert_gini(loads);
+    if (json_) {
+      const nlohmann::ordered_json out{{"balancedness", r.balancedness},
+                                       {"balancedness_sum_ratio", r.balancedness_sum_ratio},
+                                       {"imbalance", r.imbalance},
+                                       {"expert_gini", gini},
+                                       {"num_loaded_layers", r.num_loaded_layers},
+                                       {"worst_layer", r.worst_layer},
+                                       {"worst_balancedness", r.worst_balancedness},
+                                       {"layer_balancedness", r.layer_balancedness}};
+      fmt::print("{}\n", out.dump());
+      return kExitOk;
+    }
+    fmt::print("loads:        {} ({} layers, {} with load, {} experts)\n", stats_, loads.num_layers,
+               r.num_loaded_layers, loads.num_experts);
+    fmt::print("placement:    {} ({} slots on {} GPUs)\n", placement_,
+               placement.num_physical_experts(), num_gpus_);
+    fmt::print("balancedness: {:.4f} (mean over layers of mean/max GPU load)\n", r.balancedness);
+    fmt::print("sum ratio:    {:.4f} (sum of means / sum of maxes)\n", r.balancedness_sum_ratio);
+    fmt::print("imbalance:    {:.4f} (mean over layers of (max - mean) / mean)\n", r.imbalance);
+    fmt::print("worst layer:  {} at {:.4f}\n", r.worst_layer, r.worst_balancedness);
+    fmt::print("expert Gini:  {:.4f} (mean over layers)\n", gini);
+    return kExitOk;
+  }
+
+ private:
+  std::string stats_, placement_;
+  std::int64_t num_gpus_ = 0;
+  bool json_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_eval_command() { return std::make_unique<EvalCommand>(); }
+
+}  // namespace moestat::cli

@@ -1,0 +1,203 @@
+// `moestat plan`: an expert placement from recorded loads, by DeepSeek's EPLB (exactly) or
+// moestat's planner (several recordings or passes as scenarios), optionally moving as few
+// expert weights as possible from the placement in force.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <moestat/error.hpp>
+#include <moestat/plan/cross_node.hpp>
+#include <moestat/plan/eplb.hpp>
+#include <moestat/plan/metrics.hpp>
+#include <moestat/plan/replan.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "plan_files.hpp"
+
+namespace moestat::cli {
+namespace {
+
+/// A window's non-empty passes merged into at most `max_groups` scenarios of consecutive
+/// passes, so a long window of single small passes becomes a few robust load matrices.
+std::vector<plan::ExpertLoads> window_scenarios(const plan::LoadWindow& window,
+                                                std::int64_t max_groups) {
+  std::vector<const plan::ExpertLoads*> loaded;
+  for (const plan::ExpertLoads& pass : window.passes) {
+    if (std::any_of(pass.values.begin(), pass.values.end(), [](double v) { return v > 0.0; })) {
+      loaded.push_back(&pass);
+    }
+  }
+  if (loaded.size() <= 1) return {window.total()};
+  const std::size_t groups = std::min(loaded.size(), std::size_t(max_groups));
+  std::vector<plan::ExpertLoads> out;
+  for (std::size_t g = 0; g < groups; ++g) {
+    plan::ExpertLoads sum = *loaded[g * loaded.size() / groups];
+    for (std::size_t i = g * loaded.size() / groups + 1; i < (g + 1) * loaded.size() / groups;
+         ++i) {
+      for (std::size_t k = 0; k < sum.values.size(); ++k) sum.values[k] += loaded[i]->values[k];
+    }
+    out.push_back(std::move(sum));
+  }
+  return out;
+}
+
+class PlanCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* sub = app.add_subcommand(
+        "plan", "Plan an expert placement (physical_to_logical_map) from recorded loads");
+    sub->add_option("--stats", stats_,
+                    "Load file(s): JSON with logical_count [L][E] or [W][L][E] (SGLang, moestat "
+                    "snapshots) or expert_popularity [L][E]; repeat for several workloads")
+        ->required();
+    sub->add_option("--algorithm", algorithm_, "deepseek (eplb.py, exactly) or moestat")
+        ->check(CLI::IsMember({"deepseek", "moestat"}))
+        ->capture_default_str();
+    sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer (P)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--groups", config_.num_groups, "Expert groups")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    sub->add_option("--nodes", config_.num_nodes, "Nodes")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    sub->add_option("--gpus", config_.num_gpus, "GPUs (expert-parallel ranks)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--previous", previous_,
+                    "The placement in force: reach --target with as few expert copies as "
+                    "possible (moestat only)");
+    sub->add_option("--target", target_, "With --previous: per-layer balancedness to reach")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
+    sub->add_option("--objective", objective_,
+                    "moestat with several scenarios: minimise the expected or the worst-case "
+                    "max GPU load")
+        ->check(CLI::IsMember({"expected", "worst-case"}))
+        ->capture_default_str();
+    sub->add_option("--max-scenarios", max_scenarios_,
+                    "One file with a window: its passes are merged into at most this many "
+                    "scenarios")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
+    sub->add_option("--cross-node-replicas", cross_node_,
+                    "moestat, hierarchical: let up to K replicas per layer sit off their "
+                    "group's node (reports the share of assignments they serve)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    sub->add_option("--out", out_, "Output placement (JSON)")->required();
+    sub->footer(
+        "The output is exactly {\"physical_to_logical_map\": [L][P]} for SGLang's\n"
+        "--init-expert-location. moestat takes every --stats file (or, for one file with a\n"
+        "[W][L][E] window, groups of its passes) as a scenario of future traffic; deepseek\n"
+        "plans on their equal-weight sum.\n\n"
+        "Example:\n"
+        "  moestat plan --stats day1.json --stats day2.json --algorithm moestat \\\n"
+        "      --replicas 288 --groups 8 --nodes 4 --gpus 32 --out placement.json\n"
+        "  moestat plan --stats today.json --previous placement.json --target 0.95 \\\n"
+        "      --replicas 288 --gpus 32 --out next.json");
+    return sub;
+  }
+
+  int run() override {
+    std::vector<plan::ExpertLoads> scenarios;
+    for (const std::string& path : stats_) {
+      const plan::LoadWindow window = read_load_file(path);
+      if (stats_.size() == 1) {
+        scenarios = window_scenarios(window, max_scenarios_);
+      } else {
+        scenarios.push_back(window.total());
+      }
+      MOESTAT_CHECK(scenarios.front().num_layers == window.passes.front().num_layers &&
+                        scenarios.front().num_experts == window.passes.front().num_experts,
+                    "{}: [{} layers, {} experts] differs from {}'s [{}, {}]", path,
+                    window.passes.front().num_layers, window.passes.front().num_experts,
+                    stats_.front(), scenarios.front().num_layers, scenarios.front().num_experts);
+    }
+    const plan::ExpertLoads combined =
+        scenarios.size() == 1 ? scenarios.front() : plan::equal_weight_sum(scenarios);
+    const plan::MoestatPlanOptions options{
+        .objective = objective_ == "worst-case" ? plan::ScenarioObjective::kWorstCase
+                                                : plan::ScenarioObjective::kExpected,
+        .max_moves_per_layer = plan::MoestatPlanOptions{}.max_moves_per_layer};
+
+    const Placement reference = plan::plan_deepseek(combined, config_);
+    std::vector<std::int64_t> copies;
+    std::optional<Placement> chosen;
+    if (!previous_.empty()) {
+      MOESTAT_CHECK(algorithm_ == "moestat", "--previous needs --algorithm moestat");
+      const Placement current = read_placement_file(previous_, combined.num_experts);
+      plan::ReplanResult r = plan::replan_with_few_copies(
+          current, scenarios, config_, {.target_balancedness = target_, .planner = options});
+      copies = r.copies_per_layer;
+      chosen = std::move(r.placement);
+    } else if (algorithm_ == "moestat") {
+      chosen = plan::plan_moestat(scenarios, config_, options);
+    } else {
+      MOESTAT_CHECK(cross_node_ == 0, "--cross-node-replicas needs --algorithm moestat");
+      chosen = reference;
+    }
+    std::optional<plan::CrossNodeResult> relaxed;
+    if (cross_node_ > 0) {
+      relaxed = plan::relax_across_nodes(*chosen, scenarios, config_, cross_node_);
+      chosen = relaxed->placement;
+    }
+    write_placement_file(out_, *chosen);
+
+    fmt::print("placement:   {} layers x {} slots on {} GPUs ({} {}), {} logical experts\n",
+               chosen->num_layers(), chosen->num_physical_experts(), config_.num_gpus,
+               config_.hierarchical() && config_.num_nodes > 1 ? "hierarchical:" : "global",
+               config_.hierarchical() && config_.num_nodes > 1
+                   ? fmt::format("{} groups on {} nodes", config_.num_groups, config_.num_nodes)
+                   : std::string("policy"),
+               chosen->num_logical_experts());
+    fmt::print("algorithm:   {}{}, planned on {} scenario{}\n", algorithm_,
+               previous_.empty() ? "" : " (movement-aware, from " + previous_ + ")",
+               scenarios.size(), scenarios.size() == 1 ? "" : "s");
+    fmt::print("balancedness (mean over MoE layers of mean/max GPU load):\n");
+    for (std::size_t s = 0; s < scenarios.size(); ++s) {
+      const std::string name =
+          stats_.size() > 1 ? stats_[s] : fmt::format("{} scenario {}", stats_.front(), s);
+      fmt::print("  {:.4f} (deepseek on the sum: {:.4f})  {}\n",
+                 plan::evaluate_placement(scenarios[s], *chosen, config_.num_gpus).balancedness,
+                 plan::evaluate_placement(scenarios[s], reference, config_.num_gpus).balancedness,
+                 name);
+    }
+    if (!copies.empty()) {
+      std::int64_t total = 0;
+      for (const std::int64_t c : copies) total += c;
+      fmt::print("copies:      {} expert-weight copies in all; per layer: {}\n", total,
+                 fmt::join(copies, " "));
+    }
+    if (relaxed) {
+      std::int64_t total = 0;
+      for (const std::int64_t c : relaxed->cross_node_replicas) total += c;
+      fmt::print(
+          "cross-node:  {} replicas off their group's node ({} per layer at most), "
+          "serving {:.4f} of the assignments\n",
+          total, cross_node_, relaxed->cross_node_share);
+    }
+    fmt::print("wrote:       {}\n", out_);
+    return kExitOk;
+  }
+
+ private:
+  std::vector<std::string> stats_;
+  std::string algorithm_ = "moestat";
+  plan::EplbConfig config_;
+  std::string previous_;
+  double target_ = 0.95;
+  std::string objective_ = "expected";
+  std::int64_t max_scenarios_ = 8;
+  std::int64_t cross_node_ = 0;
+  std::string out_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_plan_command() { return std::make_unique<PlanCommand>(); }
+
+}  // namespace moestat::cli
