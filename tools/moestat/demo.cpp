@@ -160,7 +160,7 @@ class DemoCommand final : public Command {
     std::filesystem::create_directories(dir, error);
     MOESTAT_CHECK(!error, "cannot create directory {}: {}", dir.string(), error.message());
 
-    const workload::SyntheticWorkload work(workload::deepseek_like_topology(),
+    const workload::SyntheticWorkload work(workload::preset("deepseek-v3"),
                                            {.seed = seed_, .num_passes = num_passes_});
     const ModelTopology& topology = work.topology();
     fmt::print(
