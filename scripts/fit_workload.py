@@ -209,9 +209,11 @@ def model_layers(params, num_layers, num_experts, num_groups, seed):
 
 
 def measured(probabilities, tokens, top_k, rng):
-    """Counts a file of `tokens` tokens would show: expected loads plus counting noise."""
+    """Counts a file of `tokens` tokens would show: expected loads plus counting noise (a
+    token includes an expert with probability top_k * p: binomial, not Poisson, noise)."""
     n = tokens * top_k
-    return [max(n * p + math.sqrt(n * p) * rng.gauss(0, 1), 0.0) for p in probabilities]
+    return [max(n * p + math.sqrt(n * p * max(1 - top_k * p, 0.0)) * rng.gauss(0, 1), 0.0)
+            for p in probabilities]
 
 
 def model_figures(params, data, seeds=range(2), calibration=None):

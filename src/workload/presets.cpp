@@ -29,14 +29,14 @@ ModelTopology qwen3_topology() {
 }
 
 PopularityModel deepseek_v3_law() {
-  return {.sigma_knots = {0.641, 0.544, 0.624, 0.700, 0.714, 0.638},
+  return {.sigma_knots = {0.635, 0.539, 0.618, 0.692, 0.707, 0.631},
           .sigma_jitter = 0.091,
-          .group_share = 0.276,
+          .group_share = 0.278,
           .group_limit = 4,
           .num_hot = 8,
-          .hot_boost = 1.142,
-          .phase_correlation = 0.746,
-          .drift_correlation = 0.913};
+          .hot_boost = 1.173,
+          .phase_correlation = 0.742,
+          .drift_correlation = 0.912};
 }
 
 PopularityModel mixtral_law() {
@@ -44,7 +44,7 @@ PopularityModel mixtral_law() {
   return {.sigma_knots = {0.208, 0.305, 0.214, 0.194},
           .sigma_jitter = 0.294,
           .phase_correlation = deepseek_v3_law().phase_correlation,
-          .drift_correlation = 0.548};
+          .drift_correlation = 0.571};
 }
 
 PopularityModel qwen3_law() {

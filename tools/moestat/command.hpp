@@ -22,5 +22,6 @@ class Command {
 
 std::unique_ptr<Command> make_inspect_command();
 std::unique_ptr<Command> make_demo_command();
+std::unique_ptr<Command> make_report_command();
 
 }  // namespace moestat::cli

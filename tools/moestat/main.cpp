@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.footer("Run 'moestat COMMAND --help' for a command's options and an example.");
 
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
-  for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command}) {
+  for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
+                    moestat::cli::make_report_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -48,8 +49,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "moestat: error: {}\n", error.what());
     return moestat::cli::kExitRuntimeError;
   }
-  fmt::print(
-      stderr,
-      "moestat: a command is required (demo, inspect)\nRun with --help for more information.\n");
+  fmt::print(stderr,
+             "moestat: a command is required (demo, inspect, report)\nRun with --help for more "
+             "information.\n");
   return moestat::cli::kExitUsageError;
 }
