@@ -8,6 +8,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libzip-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   clang-format
+  libstb-dev chromium
 )
 
 missing=()

@@ -46,7 +46,7 @@ struct Options {
   std::int64_t num_gpus = 8;
   /// The placement to compare with the identity placement (expert e on GPU e / (E / gpus));
   /// none: the report shows the identity placement only.
-  std::optional<Placement> placement;
+  std::optional<Placement> placement = std::nullopt;
   /// Hottest experts listed per layer.
   std::int64_t top_experts = 3;
 
