@@ -41,10 +41,10 @@ PopularityModel deepseek_v3_law() {
 
 PopularityModel mixtral_law() {
   // No prefill/decode split in the data: the phase correlation is DeepSeek-V3's.
-  return {.sigma_knots = {0.208, 0.305, 0.214, 0.194},
+  return {.sigma_knots = {0.207, 0.304, 0.214, 0.193},
           .sigma_jitter = 0.294,
           .phase_correlation = deepseek_v3_law().phase_correlation,
-          .drift_correlation = 0.571};
+          .drift_correlation = 0.569};
 }
 
 PopularityModel qwen3_law() {
