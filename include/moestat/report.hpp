@@ -66,6 +66,14 @@ std::string render_html(const Recording& recording, const Options& options);
 std::vector<std::uint8_t> render_heatmap_png(const Recording& recording, int cell_width = 4,
                                              int cell_height = 8);
 
+/// Balancedness (mean over layers with load of mean / max GPU load) of the identity
+/// placement and, when set, of options.placement: the figures the report shows.
+struct Balancedness {
+  double identity = 1.0;
+  std::optional<double> planned = std::nullopt;
+};
+Balancedness balancedness(const Recording& recording, const Options& options);
+
 /// Prometheus text exposition (version 0.0.4) of the recording's metrics, one gauge family
 /// each with HELP and TYPE lines:
 ///   moestat_expert_load{layer="3",expert="17"}             assignments, loaded layers only

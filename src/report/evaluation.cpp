@@ -42,3 +42,15 @@ std::vector<Evaluation> evaluate(const Recording& recording, const Options& opti
 }
 
 }  // namespace moestat::report::detail
+
+namespace moestat::report {
+
+Balancedness balancedness(const Recording& recording, const Options& options) {
+  recording.validate();
+  const std::vector<detail::Evaluation> evaluations = detail::evaluate(recording, options);
+  Balancedness out{.identity = evaluations[0].balancedness};
+  if (evaluations.size() > 1) out.planned = evaluations[1].balancedness;
+  return out;
+}
+
+}  // namespace moestat::report
