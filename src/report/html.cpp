@@ -109,7 +109,7 @@ void write_heatmap(std::string& out, const Recording& recording) {
   out += "<h2>Load per layer and expert</h2>\n";
   fmt::format_to(std::back_inserter(out),
                  "<p>Token assignments, log colour scale from {} (dark) to {} (bright); grey: "
-                 "none. A white outline marks each layer's hottest expert.</p>\n",
+                 "none. A red outline marks each layer's hottest expert.</p>\n",
                  scale.min_positive(), scale.max());
   fmt::format_to(std::back_inserter(out),
                  "<svg id=\"heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
@@ -147,14 +147,16 @@ void write_heatmap(std::string& out, const Recording& recording) {
     const std::int64_t load = recording.totals[std::size_t(layer * num_experts + expert)];
     fmt::format_to(std::back_inserter(out),
                    "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
-                   "stroke=\"#fff\" stroke-width=\"1.5\"><title>layer {} expert {}: {} "
+                   "stroke=\"#e4002b\" stroke-width=\"1.5\"><title>layer {} expert {}: {} "
                    "({:.1f}x the mean)</title></rect>\n",
                    left + expert * cell_w - 1, top + layer * cell_h - 1, cell_w + 2, cell_h + 2,
                    layer, expert, load, double(load) * double(num_experts) / double(total));
   }
   out += "</g>\n</svg>\n";
   // Legend: the colour scale.
-  out += "<svg class=\"legend\" width=\"320\" height=\"34\" xmlns=\"http://www.w3.org/2000/svg\">";
+  out +=
+      "<div><svg class=\"legend\" width=\"320\" height=\"34\" "
+      "xmlns=\"http://www.w3.org/2000/svg\">";
   for (int i = 0; i < 64; ++i) {
     fmt::format_to(std::back_inserter(out),
                    "<rect x=\"{}\" y=\"0\" width=\"5\" height=\"14\" fill=\"{}\"/>", i * 5,
@@ -162,7 +164,7 @@ void write_heatmap(std::string& out, const Recording& recording) {
   }
   fmt::format_to(std::back_inserter(out),
                  "<text x=\"0\" y=\"28\" class=\"axis\">{}</text><text x=\"320\" y=\"28\" "
-                 "class=\"axis\" text-anchor=\"end\">{}</text></svg>\n",
+                 "class=\"axis\" text-anchor=\"end\">{}</text></svg></div>\n",
                  scale.min_positive(), scale.max());
 }
 
