@@ -90,7 +90,9 @@ struct SyntheticOptions {
   /// Probability that an id of a real token is >= P (a fused shared-expert column, say).
   double out_of_range_rate = 1e-5;
   /// Passes per drift period (PopularityModel::drift_correlation). 1000 is SGLang's default
-  /// rebalance interval: a planner that rebalances that often sees this much change.
+  /// rebalance interval: a planner that rebalances that often sees this much change. The
+  /// generator keeps num_passes / drift_passes + 2 anchors of E + G doubles per MoE layer
+  /// and phase.
   std::int64_t drift_passes = 1000;
 
   /// Throws moestat::Error naming the bad option.

@@ -1,6 +1,7 @@
 // From a file to a Recording, and the checks on recordings and report options.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/record_mode.hpp>
@@ -17,7 +18,14 @@ Recording from_snapshot(const Snapshot& snapshot) {
   out.num_experts = snapshot.num_logical_experts;
   out.totals = snapshot.logical_totals();
   out.passes = snapshot.logical_counts;  // [W, L, E]; empty outside pass-window modes
-  if (out.totals.empty()) out.totals.assign(std::size_t(out.num_layers * out.num_experts), 0);
+  if (!snapshot.decayed_logical_load.empty()) {
+    // Decayed mode keeps no counts, only exponentially decayed loads: show those, rounded.
+    out.totals.resize(snapshot.decayed_logical_load.size());
+    for (std::size_t i = 0; i < out.totals.size(); ++i) {
+      out.totals[i] = std::llround(snapshot.decayed_logical_load[i]);
+    }
+    out.metadata.emplace_back("loads", "decayed sums, rounded");
+  }
   auto& meta = out.metadata;
   meta.emplace_back("mode", std::string(record_mode_name(snapshot.mode)));
   meta.emplace_back("top_k", fmt::format("{}", snapshot.top_k));

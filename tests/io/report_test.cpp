@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <moestat/io/json.hpp>
+#include <moestat/record/cpu_recorder.hpp>
 #include <moestat/report.hpp>
 #include <regex>
 #include <set>
@@ -203,6 +204,35 @@ TEST(Report, LoadsRecordingsAndNamesTheFileOnErrors) {
   test::expect_error([&] { report::load_recording(placement); },
                      {placement.string(), "is a placement", "not a recording"});
   test::expect_error([&] { report::load_recording(dir.path() / "absent.json"); }, {"absent.json"});
+}
+
+TEST(Report, LoadsSnapshotsOfEveryMode) {
+  test::ScratchDir dir;
+  const ModelTopology topology = ModelTopology::uniform(2, 4, 2);
+  const std::vector<std::int32_t> ids = {0, 1, 2, 1, 1, 0};  // layer 1: {2, 3, 1, 0} a pass
+  for (RecordMode mode :
+       {RecordMode::kStat, RecordMode::kPerPass, RecordMode::kPerToken, RecordMode::kDecayed}) {
+    const std::string name(record_mode_name(mode));
+    SCOPED_TRACE(name);
+    record::CpuRecorder recorder(topology, {.mode = mode, .decay = 0.5});
+    recorder.start();
+    for (std::int64_t pass = 0; pass < 2; ++pass) {
+      recorder.begin_pass(pass);
+      recorder.record_topk(1, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}));
+      recorder.end_pass();
+    }
+    const auto path = dir.path() / (name + ".json");
+    io::write_file_atomically(path, io::snapshot_to_json(recorder.snapshot()));
+    const Recording r = report::load_recording(path);
+    EXPECT_EQ(r.kind, "moestat snapshot (" + name + ")");
+    // Decayed: 0.5 * first pass + second = 1.5 x a pass, rounded half away from zero.
+    const std::vector<std::int64_t> layer1 = mode == RecordMode::kDecayed
+                                                 ? std::vector<std::int64_t>{3, 5, 2, 0}
+                                                 : std::vector<std::int64_t>{4, 6, 2, 0};
+    EXPECT_EQ(std::vector<std::int64_t>(r.totals.begin() + 4, r.totals.end()), layer1);
+    EXPECT_EQ(r.num_passes(), mode == RecordMode::kStat || mode == RecordMode::kPerPass ? 2 : 0);
+    EXPECT_EQ(count(report::render_html(r, {.num_gpus = 2}), "<rect class=\"cell\""), 8u);
+  }
 }
 
 TEST(Report, ReadsSglangsPublishedCounts) {
