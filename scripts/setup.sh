@@ -10,6 +10,8 @@ packages=(
   clang-format
   # torch interop test (Debian's CPU build; tests skip without it) and libFuzzer targets
   python3-torch clang libclang-rt-dev
+  # report: PNG writing, and the headless-browser render test
+  libstb-dev chromium
 )
 
 missing=()

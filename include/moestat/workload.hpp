@@ -3,12 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <moestat/placement.hpp>
 #include <moestat/topology.hpp>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace moestat::workload {
+
+namespace detail {
+struct LayerLaw;
+}  // namespace detail
 
 /// xoshiro256** seeded through SplitMix64. Used instead of <random>'s distributions, whose
 /// output differs between standard libraries, so a seed gives the same workload everywhere.
@@ -26,8 +32,49 @@ class Rng {
 };
 
 /// DeepSeek-V3-like: 61 decoder layers of which the first 3 are dense, 256 experts on 288
-/// physical slots (32 redundant) over 32 ranks of 9 slots, top-8.
+/// physical slots (32 redundant) over 32 ranks of 9 slots, top-8, 8 expert groups.
 ModelTopology deepseek_like_topology();
+
+/// How expert popularity is drawn: a log-normal law per layer with a depth profile, expert
+/// groups, a few hot experts, different prefill and decode popularity, and drift over time.
+/// For MoE layer l at depth fraction f in [0, 1] (over MoE layers), expert e of group g:
+///   log weight = sigma_l * (sqrt(group_share) * z[g] + sqrt(1 - group_share) * z[e])
+///                + hot_boost * [e is one of the layer's num_hot hot experts]
+///   sigma_l    = interpolate(sigma_knots, f) * exp(sigma_jitter * N(0, 1))
+///   z          = sqrt(phase_correlation) * shared + sqrt(1 - phase_correlation) * phase part
+/// where `shared` and each phase's part are standard normal vectors that drift: anchors
+/// every `drift_passes` passes form a chain whose neighbours correlate `drift_correlation`,
+/// interpolated in between. The defaults are a plain log-normal law that neither drifts nor
+/// differs by phase; presets() holds the laws fitted to real traffic (docs/workload.md).
+struct PopularityModel {
+  /// Spread (standard deviation of log weight) at evenly spaced depths, first to last MoE
+  /// layer; at least one knot.
+  std::vector<double> sigma_knots = {0.6};
+  double sigma_jitter = 0.0;  ///< Per-layer log-normal jitter of the spread.
+  double group_share = 0.0;   ///< Share of log-weight variance common to an expert group.
+  /// Groups a token may route to (DeepSeek's topk_group); 0 = no limit.
+  std::int64_t group_limit = 0;
+  std::int64_t num_hot = 0;        ///< Hot experts per layer (fixed over time and phase).
+  double hot_boost = 0.0;          ///< Added to a hot expert's log weight.
+  double phase_correlation = 1.0;  ///< Of prefill and decode z at the same time.
+  double drift_correlation = 1.0;  ///< Of z one drift period apart.
+
+  /// Throws moestat::Error naming the bad field (for this topology's experts and groups).
+  void validate(const ModelTopology& topology) const;
+};
+
+/// A built-in workload: a model's shape and its popularity law.
+struct Preset {
+  std::string_view name;         ///< "deepseek-v3", "mixtral-8x7b", "qwen3-moe".
+  std::string_view description;  ///< One line: the model and where the law comes from.
+  ModelTopology topology;
+  PopularityModel popularity;
+};
+
+/// Every built-in preset, in a fixed order.
+std::span<const Preset> presets();
+/// The preset called `name`; moestat::Error listing the known names otherwise.
+const Preset& preset(std::string_view name);
 
 struct SyntheticOptions {
   std::uint64_t seed = 1;
@@ -38,14 +85,15 @@ struct SyntheticOptions {
   std::int64_t max_decode_tokens = 64;
   std::int64_t min_prefill_tokens = 512;
   std::int64_t max_prefill_tokens = 4096;
-  /// Per-layer Zipf exponents are drawn from [min, max]; 0.3-0.7 gives hottest experts of
-  /// about 4-14x the mean load at top-8 of 256, the range seen in DeepSeek-V3 production.
-  double min_zipf_exponent = 0.3;
-  double max_zipf_exponent = 0.7;
   /// Probability that an id of a real token is -1 (a dropped entry).
   double minus_one_rate = 1e-5;
   /// Probability that an id of a real token is >= P (a fused shared-expert column, say).
   double out_of_range_rate = 1e-5;
+  /// Passes per drift period (PopularityModel::drift_correlation). 1000 is SGLang's default
+  /// rebalance interval: a planner that rebalances that often sees this much change. The
+  /// generator keeps num_passes / drift_passes + 2 anchors of E + G doubles per MoE layer
+  /// and phase.
+  std::int64_t drift_passes = 1000;
 
   /// Throws moestat::Error naming the bad option.
   void validate() const;
@@ -60,20 +108,31 @@ struct PassBatch {
   bool prefill = false;
 };
 
-/// A skewed routing workload: per-layer Zipf-like expert popularity with a different hot set
-/// in every layer, mixed decode and prefill batches padded to graph sizes, top-k distinct
-/// experts per token mapped to one of their physical replicas, and a few -1 and
-/// out-of-range ids. Every batch and every layer's ids depend only on (seed, pass, layer),
-/// so they can be generated in any order, or twice, with the same result.
+/// Pass `pass`'s phase.
+enum class Phase : std::uint8_t { kPrefill, kDecode };
+
+/// A skewed routing workload: per-layer expert popularity drawn from a PopularityModel,
+/// mixed decode and prefill batches padded to graph sizes, top-k distinct experts per
+/// token (within `group_limit` expert groups) mapped to one of their physical replicas,
+/// and a few -1 and out-of-range ids. Every batch and every layer's ids depend only on
+/// (seed, pass, layer), so they can be generated in any order, or twice, with the same
+/// result.
 class SyntheticWorkload {
  public:
-  /// Throws moestat::Error on an invalid topology or options.
-  SyntheticWorkload(ModelTopology topology, SyntheticOptions options);
+  /// Throws moestat::Error on an invalid topology, model or options.
+  SyntheticWorkload(ModelTopology topology, PopularityModel popularity, SyntheticOptions options);
+  /// The preset's topology and popularity law.
+  SyntheticWorkload(const Preset& preset, SyntheticOptions options);
 
   const ModelTopology& topology() const noexcept { return topology_; }
   const SyntheticOptions& options() const noexcept { return options_; }
-  /// [L, E] probability that a token's draw picks each logical expert; zero for dense layers.
+  const PopularityModel& popularity_model() const noexcept { return model_; }
+  /// [L, E] the popularity at pass 0, prefill and decode averaged; zero for dense layers.
+  /// The version-1 placement replicates by it.
   std::span<const double> popularity() const noexcept { return popularity_; }
+  /// Writes [E] the probability that a draw of a `phase` token in pass `pass` picks each
+  /// logical expert of MoE layer `layer` (before the distinct-experts and group rules).
+  void popularity(std::int64_t pass, std::int64_t layer, Phase phase, std::span<double> out) const;
   /// Version 1: every layer's P - E redundant slots replicate its most popular experts
   /// (greedily by popularity / replicas), slots shuffled; dense layers are trivial.
   const Placement& placement() const noexcept { return placement_; }
@@ -94,10 +153,10 @@ class SyntheticWorkload {
  private:
   ModelTopology topology_;
   SyntheticOptions options_;
-  std::vector<double> popularity_;  // [L, E]
-  // Walker alias tables per layer, [L, E]: O(1) draws.
-  std::vector<double> alias_probability_;
-  std::vector<std::int32_t> alias_index_;
+  PopularityModel model_;
+  /// Per layer (empty for dense layers); immutable and shared by copies.
+  std::shared_ptr<const std::vector<detail::LayerLaw>> laws_;
+  std::vector<double> popularity_;  // [L, E] at pass 0, phases averaged
   Placement placement_;
   std::vector<std::int32_t> replica_offsets_;  // [L, E + 1] into replica_slots_ of the layer
   std::vector<std::int32_t> replica_slots_;    // [L, P] physical slots grouped by logical expert

@@ -4,60 +4,14 @@
 #include <moestat/workload.hpp>
 #include <numeric>
 
+#include "popularity_law.hpp"
+#include "random.hpp"
+
 namespace moestat::workload {
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
-
-/// One stream per (seed, purpose, a, b), so every pass and layer has its own sequence.
-Rng stream(std::uint64_t seed, std::uint64_t purpose, std::uint64_t a, std::uint64_t b = 0) {
-  std::uint64_t state = seed;
-  std::uint64_t mixed = splitmix64(state) ^ purpose;
-  mixed = splitmix64(mixed) ^ a;
-  mixed = splitmix64(mixed) ^ b;
-  return Rng(splitmix64(mixed));
-}
-
-enum Purpose : std::uint64_t { kPopularity = 1, kPlacement = 2, kBatch = 3, kIds = 4 };
-
-template <typename T>
-void shuffle(std::span<T> values, Rng& rng) {
-  for (std::size_t i = values.size(); i > 1; --i) {
-    std::swap(values[i - 1], values[std::size_t(rng.below(i))]);
-  }
-}
-
-std::vector<double> make_popularity(const ModelTopology& topology,
-                                    const SyntheticOptions& options) {
-  const std::int64_t num_experts = topology.num_logical_experts;
-  std::vector<double> out(std::size_t(topology.num_layers * num_experts), 0.0);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(num_experts));
-  for (std::int64_t layer = 0; layer < topology.num_layers; ++layer) {
-    if (!topology.is_moe(layer)) continue;
-    Rng rng = stream(options.seed, kPopularity, std::uint64_t(layer));
-    // A different hot set per layer: rank r of the Zipf law goes to a random expert.
-    std::iota(order.begin(), order.end(), 0);
-    shuffle(std::span(order), rng);
-    const double exponent = options.min_zipf_exponent +
-                            (options.max_zipf_exponent - options.min_zipf_exponent) * rng.uniform();
-    double* row = out.data() + layer * num_experts;
-    double total = 0.0;
-    for (std::int64_t rank = 0; rank < num_experts; ++rank) {
-      const double weight = 1.0 / std::pow(double(rank + 1), exponent);
-      row[order[std::size_t(rank)]] = weight;
-      total += weight;
-    }
-    for (std::int64_t expert = 0; expert < num_experts; ++expert) row[expert] /= total;
-  }
-  return out;
-}
+using detail::shuffle;
+using detail::stream;
 
 Placement make_placement(const ModelTopology& topology, const std::vector<double>& popularity,
                          std::uint64_t seed) {
@@ -93,10 +47,71 @@ Placement make_placement(const ModelTopology& topology, const std::vector<double
         row[slot++] = std::int32_t(expert);
       }
     }
-    Rng rng = stream(seed, kPlacement, std::uint64_t(layer));
+    Rng rng = stream(seed, detail::kPlacement, std::uint64_t(layer));
     shuffle(row, rng);
   }
   return Placement(topology.num_layers, num_slots, num_experts, std::move(map), 1);
+}
+
+std::shared_ptr<const std::vector<detail::LayerLaw>> make_laws(const ModelTopology& topology,
+                                                               const PopularityModel& model,
+                                                               const SyntheticOptions& options) {
+  auto laws = std::make_shared<std::vector<detail::LayerLaw>>(std::size_t(topology.num_layers));
+  std::int64_t moe_index = 0;
+  for (std::int64_t layer = 0; layer < topology.num_layers; ++layer) {
+    if (!topology.is_moe(layer)) continue;
+    (*laws)[std::size_t(layer)] =
+        detail::draw_layer_law(topology, model, options.seed, layer, moe_index++,
+                               topology.num_moe_layers(), options.num_passes, options.drift_passes);
+  }
+  return laws;
+}
+
+std::vector<double> initial_popularity(const ModelTopology& topology, const PopularityModel& model,
+                                       const SyntheticOptions& options,
+                                       const std::vector<detail::LayerLaw>& laws) {
+  const auto num_experts = static_cast<std::size_t>(topology.num_logical_experts);
+  std::vector<double> out(std::size_t(topology.num_layers) * num_experts, 0.0);
+  std::vector<double> prefill(num_experts), decode(num_experts);
+  for (std::int64_t layer = 0; layer < topology.num_layers; ++layer) {
+    if (!topology.is_moe(layer)) continue;
+    const detail::LayerLaw& law = laws[std::size_t(layer)];
+    detail::layer_popularity(law, topology, model, options.drift_passes, 0, Phase::kPrefill,
+                             prefill);
+    detail::layer_popularity(law, topology, model, options.drift_passes, 0, Phase::kDecode, decode);
+    for (std::size_t e = 0; e < num_experts; ++e) {
+      out[std::size_t(layer) * num_experts + e] = 0.5 * (prefill[e] + decode[e]);
+    }
+  }
+  return out;
+}
+
+/// Vose's alias tables for O(1) draws from `weights` (summing to 1).
+void build_alias(std::span<const double> weights, std::span<double> probability,
+                 std::span<std::int32_t> alias) {
+  const std::size_t n = weights.size();
+  std::vector<std::int32_t> small, large;
+  std::vector<double> scaled(n);
+  for (std::size_t e = 0; e < n; ++e) {
+    scaled[e] = weights[e] * double(n);
+    alias[e] = std::int32_t(e);
+    (scaled[e] < 1.0 ? small : large).push_back(std::int32_t(e));
+  }
+  while (!small.empty() && !large.empty()) {
+    const std::int32_t less = small.back();
+    small.pop_back();
+    const std::int32_t more = large.back();
+    probability[std::size_t(less)] = scaled[std::size_t(less)];
+    alias[std::size_t(less)] = more;
+    scaled[std::size_t(more)] -= 1.0 - scaled[std::size_t(less)];
+    if (scaled[std::size_t(more)] < 1.0) {
+      large.pop_back();
+      small.push_back(more);
+    }
+  }
+  // Leftovers are 1 up to rounding.
+  for (std::int32_t e : small) probability[std::size_t(e)] = 1.0;
+  for (std::int32_t e : large) probability[std::size_t(e)] = 1.0;
 }
 
 /// Captured-graph batch sizes a decode batch is padded up to (SGLang's default list, cut).
@@ -107,29 +122,6 @@ constexpr std::int64_t kPrefillPadding = 64;
 constexpr std::int64_t kMaxTopK = 64;
 
 }  // namespace
-
-Rng::Rng(std::uint64_t seed) noexcept {
-  for (std::uint64_t& word : state_) word = splitmix64(seed);
-}
-
-std::uint64_t Rng::next() noexcept {
-  const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
-  const std::uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = rotl(state_[3], 45);
-  return result;
-}
-
-std::uint64_t Rng::below(std::uint64_t bound) noexcept {
-  // Modulo bias (< bound / 2^64) is irrelevant for a workload.
-  return next() % bound;
-}
-
-double Rng::uniform() noexcept { return double(next() >> 11) * 0x1.0p-53; }
 
 ModelTopology deepseek_like_topology() {
   ModelTopology topology = ModelTopology::uniform(61, 256, 8);
@@ -153,9 +145,7 @@ void SyntheticOptions::validate() const {
   MOESTAT_CHECK(min_prefill_tokens >= 0 && min_prefill_tokens <= max_prefill_tokens,
                 "workload: prefill tokens must satisfy 0 <= min ({}) <= max ({})",
                 min_prefill_tokens, max_prefill_tokens);
-  MOESTAT_CHECK(min_zipf_exponent >= 0.0 && min_zipf_exponent <= max_zipf_exponent,
-                "workload: Zipf exponents must satisfy 0 <= min ({}) <= max ({})",
-                min_zipf_exponent, max_zipf_exponent);
+  MOESTAT_CHECK(drift_passes > 0, "workload: drift_passes must be positive, got {}", drift_passes);
   MOESTAT_CHECK(minus_one_rate >= 0.0 && out_of_range_rate >= 0.0 &&
                     minus_one_rate + out_of_range_rate <= 1.0,
                 "workload: minus_one_rate ({}) and out_of_range_rate ({}) must be non-negative "
@@ -163,48 +153,18 @@ void SyntheticOptions::validate() const {
                 minus_one_rate, out_of_range_rate);
 }
 
-SyntheticWorkload::SyntheticWorkload(ModelTopology topology, SyntheticOptions options)
+SyntheticWorkload::SyntheticWorkload(ModelTopology topology, PopularityModel popularity,
+                                     SyntheticOptions options)
     : topology_((topology.validate(), std::move(topology))),
       options_((options.validate(), options)),
-      popularity_(make_popularity(topology_, options_)),
+      model_((popularity.validate(topology_), std::move(popularity))),
+      laws_(make_laws(topology_, model_, options_)),
+      popularity_(initial_popularity(topology_, model_, options_, *laws_)),
       placement_(make_placement(topology_, popularity_, options_.seed)) {
   MOESTAT_CHECK(topology_.top_k <= kMaxTopK, "workload: top_k {} above the supported {}",
                 topology_.top_k, kMaxTopK);
   const std::int64_t num_experts = topology_.num_logical_experts;
   const std::int64_t num_slots = topology_.num_physical_experts;
-  // Top-k distinct draws need at least k experts with non-zero popularity; all have it.
-  alias_probability_.assign(popularity_.size(), 1.0);
-  alias_index_.assign(popularity_.size(), 0);
-  std::vector<std::int32_t> small, large;
-  std::vector<double> scaled(static_cast<std::size_t>(num_experts));
-  for (std::int64_t layer = 0; layer < topology_.num_layers; ++layer) {
-    if (!topology_.is_moe(layer)) continue;
-    // Vose's alias method.
-    const double* row = popularity_.data() + layer * num_experts;
-    double* probability = alias_probability_.data() + layer * num_experts;
-    std::int32_t* alias = alias_index_.data() + layer * num_experts;
-    small.clear();
-    large.clear();
-    for (std::int64_t e = 0; e < num_experts; ++e) {
-      scaled[std::size_t(e)] = row[e] * double(num_experts);
-      (scaled[std::size_t(e)] < 1.0 ? small : large).push_back(std::int32_t(e));
-    }
-    while (!small.empty() && !large.empty()) {
-      const std::int32_t less = small.back();
-      small.pop_back();
-      const std::int32_t more = large.back();
-      probability[less] = scaled[std::size_t(less)];
-      alias[less] = more;
-      scaled[std::size_t(more)] -= 1.0 - scaled[std::size_t(less)];
-      if (scaled[std::size_t(more)] < 1.0) {
-        large.pop_back();
-        small.push_back(more);
-      }
-    }
-    // Leftovers are 1 up to rounding.
-    for (std::int32_t e : small) probability[e] = 1.0;
-    for (std::int32_t e : large) probability[e] = 1.0;
-  }
 
   // Replica lists per (layer, expert), so a draw can pick one of the expert's slots.
   replica_offsets_.assign(std::size_t(topology_.num_layers * (num_experts + 1)), 0);
@@ -223,10 +183,22 @@ SyntheticWorkload::SyntheticWorkload(ModelTopology topology, SyntheticOptions op
   }
 }
 
+SyntheticWorkload::SyntheticWorkload(const Preset& preset, SyntheticOptions options)
+    : SyntheticWorkload(preset.topology, preset.popularity, options) {}
+
+void SyntheticWorkload::popularity(std::int64_t pass, std::int64_t layer, Phase phase,
+                                   std::span<double> out) const {
+  MOESTAT_CHECK(topology_.is_moe(layer), "workload: layer {} is not a MoE layer", layer);
+  MOESTAT_CHECK(pass >= 0 && pass < options_.num_passes, "workload: pass {} out of range [0, {})",
+                pass, options_.num_passes);
+  detail::layer_popularity((*laws_)[std::size_t(layer)], topology_, model_, options_.drift_passes,
+                           pass, phase, out);
+}
+
 PassBatch SyntheticWorkload::batch(std::int64_t pass) const {
   MOESTAT_CHECK(pass >= 0 && pass < options_.num_passes, "workload: pass {} out of range [0, {})",
                 pass, options_.num_passes);
-  Rng rng = stream(options_.seed, kBatch, std::uint64_t(pass));
+  Rng rng = stream(options_.seed, detail::kBatch, std::uint64_t(pass));
   PassBatch out;
   out.pass_id = pass;
   out.prefill = rng.uniform() < options_.prefill_fraction;
@@ -260,14 +232,21 @@ void SyntheticWorkload::fill_topk(std::int64_t pass, std::int64_t layer,
                 "workload: logical_ids holds {} ids, expected 0 or {}", logical_ids.size(),
                 physical_ids.size());
   const bool want_logical = !logical_ids.empty();
-  Rng rng = stream(options_.seed, kIds, std::uint64_t(pass), std::uint64_t(layer));
-  const double* probability = alias_probability_.data() + layer * num_experts;
-  const std::int32_t* alias = alias_index_.data() + layer * num_experts;
+  Rng rng = stream(options_.seed, detail::kIds, std::uint64_t(pass), std::uint64_t(layer));
+  // This pass's popularity of the layer, as alias tables.
+  std::vector<double> weights(static_cast<std::size_t>(num_experts));
+  std::vector<double> probability(weights.size());
+  std::vector<std::int32_t> alias(weights.size());
+  popularity(pass, layer, shape.prefill ? Phase::kPrefill : Phase::kDecode, weights);
+  build_alias(weights, probability, alias);
+  const std::int64_t group_limit = model_.group_limit;
+  const std::int64_t experts_per_group = num_experts / topology_.num_groups;
   const std::int32_t* offsets = replica_offsets_.data() + layer * (num_experts + 1);
   const std::int32_t* slots = replica_slots_.data() + layer * num_slots;
   const double minus_one_below = options_.minus_one_rate;
   const double out_of_range_below = minus_one_below + options_.out_of_range_rate;
   std::int32_t chosen[kMaxTopK];  // top_k distinct experts of the current token
+  std::int64_t groups[kMaxTopK];  // the groups they are in
   for (std::int64_t token = 0; token < shape.num_rows; ++token) {
     std::int32_t* physical = physical_ids.data() + token * top_k;
     std::int32_t* logical = want_logical ? logical_ids.data() + token * top_k : nullptr;
@@ -279,14 +258,22 @@ void SyntheticWorkload::fill_topk(std::int64_t pass, std::int64_t layer,
       }
       continue;
     }
+    std::int64_t num_groups_used = 0;
     for (std::int64_t c = 0; c < top_k; ++c) {
       std::int32_t expert;
-      bool repeated;
+      std::int64_t group;
+      bool rejected;
       do {  // distinct experts per token, as a router's top-k; hot ones repeat rarely
-        const auto column = std::int32_t(rng.below(std::uint64_t(num_experts)));
-        expert = rng.uniform() < probability[column] ? column : alias[column];
-        repeated = std::find(chosen, chosen + c, expert) != chosen + c;
-      } while (repeated);
+        const auto column = std::size_t(rng.below(std::uint64_t(num_experts)));
+        expert = rng.uniform() < probability[column] ? std::int32_t(column) : alias[column];
+        group = expert / experts_per_group;
+        const bool new_group =
+            std::find(groups, groups + num_groups_used, group) == groups + num_groups_used;
+        // Group-limited routing: once a token uses group_limit groups, it stays in them.
+        rejected = std::find(chosen, chosen + c, expert) != chosen + c ||
+                   (group_limit > 0 && new_group && num_groups_used == group_limit);
+        if (!rejected && new_group) groups[num_groups_used++] = group;
+      } while (rejected);
       chosen[c] = expert;
       const std::int32_t first = offsets[expert];
       const std::int32_t count = offsets[expert + 1] - first;

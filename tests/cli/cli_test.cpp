@@ -92,11 +92,12 @@ TEST(Cli, HelpListsEverySubcommandWithADescription) {
   EXPECT_TRUE(has_line(run.out, "  demo ", "Record a built-in")) << run.out;
   EXPECT_TRUE(has_line(run.out, "  inspect ", "Say what a file is")) << run.out;
   EXPECT_TRUE(has_line(run.out, "  convert ", "Convert logical counts")) << run.out;
+  EXPECT_TRUE(has_line(run.out, "  report ", "Draw a recording")) << run.out;
   EXPECT_TRUE(contains(run.out, "--version"));
 }
 
 TEST(Cli, EverySubcommandHelpHasAnExample) {
-  for (const char* name : {"demo", "inspect", "convert"}) {
+  for (const char* name : {"demo", "inspect", "convert", "report"}) {
     SCOPED_TRACE(name);
     const CliRun run = run_cli(std::string(name) + " --help");
     EXPECT_EQ(run.code, 0);
@@ -112,8 +113,11 @@ TEST(Cli, UsageErrorsExitTwo) {
        {std::string("frobnicate"), std::string(""), std::string("--bogus"), std::string("inspect"),
         std::string("inspect a.json --bogus"), std::string("inspect a.json --top 0"),
         std::string("demo"), "demo --passes 0 " + out, "demo --passes 1001 " + out,
-        "demo --passes many " + out, "demo --seed -1 " + out, std::string("convert"),
-        std::string("convert a.json"), std::string("convert a.json b.pt c.pt")}) {
+        "demo --passes many " + out, "demo --seed -1 " + out, "demo --preset gpt-5 " + out,
+        std::string("convert"), std::string("convert a.json"),
+        std::string("convert a.json b.pt c.pt"), std::string("report"),
+        std::string("report a.json"), std::string("report a.json --gpus 0 --prometheus"),
+        "report a.json --bogus --html " + quoted(dir.path() / "r.html")}) {
     SCOPED_TRACE(args);
     const CliRun run = run_cli(args);
     EXPECT_EQ(run.code, 2) << run.out << run.err;
@@ -421,6 +425,77 @@ TEST(CliDemo, DeterministicPerSeed) {
     EXPECT_EQ(a, read_file(dir.path() / "b" / file));
     EXPECT_NE(a, read_file(dir.path() / "c" / file));
   }
+}
+
+TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
+  ScratchDir dir;
+  for (const char* preset : {"deepseek-v3", "mixtral-8x7b", "qwen3-moe"}) {
+    SCOPED_TRACE(preset);
+    const auto out = dir.path() / preset;
+    const CliRun run =
+        run_cli(fmt::format("demo --preset {} --passes 3 --out {}", preset, quoted(out)));
+    ASSERT_EQ(run.code, 0) << run.out << run.err;
+    EXPECT_TRUE(run.out.starts_with(fmt::format("workload: {}, ", preset))) << run.out;
+    EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  identity placement:", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  workload placement (v1):", ".")) << run.out;
+    // Not a terminal: no progress bar in the output.
+    EXPECT_FALSE(contains(run.out, "\r")) << run.out;
+    const std::string html = read_file(out / "report.html");
+    EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
+    const Snapshot s = io::snapshot_from_json(read_file(out / "snapshot.json"));
+    const auto cells = std::size_t(s.num_layers * s.num_logical_experts);
+    std::size_t found = 0;
+    for (auto at = html.find("class=\"cell\""); at != std::string::npos;
+         at = html.find("class=\"cell\"", at + 1)) {
+      ++found;
+    }
+    EXPECT_EQ(found, cells);
+  }
+}
+
+// ---- report ----
+
+TEST(CliReport, WritesHtmlPngAndPrometheus) {
+  ScratchDir dir;
+  ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 4 --out " + quoted(dir.path())).code, 0);
+  const CliRun run = run_cli(
+      fmt::format("report {} --placement {} --gpus 4 --html {} --png {} --prometheus",
+                  quoted(dir.path() / "logical_count.json"), quoted(dir.path() / "placement.json"),
+                  quoted(dir.path() / "r.html"), quoted(dir.path() / "r.png")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(read_file(dir.path() / "r.html").starts_with("<!DOCTYPE html>"));
+  EXPECT_TRUE(read_file(dir.path() / "r.png").starts_with("\x89PNG\r\n"));
+  EXPECT_TRUE(contains(run.out, "# TYPE moestat_expert_load gauge\n"));
+  EXPECT_TRUE(contains(run.out, "moestat_layer_balancedness{layer=\"31\",placement=\"planned\"} "));
+  EXPECT_TRUE(contains(run.out, "moestat_expert_load{layer=\"0\",expert=\"7\"} "));
+}
+
+TEST(CliReport, ErrorsExitOneNamingTheFile) {
+  ScratchDir dir;
+  ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 2 --out " + quoted(dir.path())).code, 0);
+  const auto snapshot = dir.path() / "snapshot.json";
+  const auto absent = dir.path() / "absent.json";
+  CliRun run = run_cli(fmt::format("report {} --prometheus", quoted(absent)));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, absent.string())) << run.err;
+  // A placement given as the recording.
+  run = run_cli(fmt::format("report {} --prometheus", quoted(dir.path() / "placement.json")));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "placement.json: is a placement")) << run.err;
+  // A placement of another shape.
+  const auto other = dir.path() / "other.json";
+  std::ofstream(other) << "{\"physical_to_logical_map\": [[0, 1, 2, 3, 4, 5, 6, 7]]}";
+  run = run_cli(fmt::format("report {} --placement {} --gpus 2 --prometheus", quoted(snapshot),
+                            quoted(other)));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "placement has 1 layers x 8 experts")) << run.err;
+  // GPUs that do not divide the experts; nothing is written.
+  run = run_cli(
+      fmt::format("report {} --gpus 3 --html {}", quoted(snapshot), quoted(dir.path() / "r.html")));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "--gpus 3")) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html"));
 }
 
 TEST(CliDemo, UnwritableOutputExitsOneNamingThePath) {

@@ -280,6 +280,9 @@ TEST(LogicalCountsJsonErrors, Malformed) {
   expect_counts_error("{\"logical_count\": [[1, [2]]]}", {"logical_count[0][1] is an array"});
   expect_counts_error("{\"logical_count\": [[1, 2.5]]}",
                       {"logical_count[0][1] is 2.5", "expected an integer"});
+  // SGLang's own files spell counts as floats; whole ones are counts.
+  EXPECT_EQ(io::logical_counts_from_json("{\"logical_count\": [[1.0, 0.0], [2.0, 3]]}").counts,
+            (std::vector<std::int64_t>{1, 0, 2, 3}));
   expect_counts_error("{\"logical_count\": [[1, -2]]}",
                       {"logical_count[0][1] is -2", "non-negative count"});
   expect_counts_error("{\"logical_count\": [[[0], [-7]]]}", {"logical_count[0][1][0] is -7"});

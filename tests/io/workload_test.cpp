@@ -47,8 +47,8 @@ TEST(SyntheticWorkload, DeepSeekLikeTopology) {
 }
 
 TEST(SyntheticWorkload, SameSeedSameIdsInAnyOrder) {
-  const SyntheticWorkload a(workload::deepseek_like_topology(), small_options(7));
-  const SyntheticWorkload b(workload::deepseek_like_topology(), small_options(7));
+  const SyntheticWorkload a(workload::preset("deepseek-v3"), small_options(7));
+  const SyntheticWorkload b(workload::preset("deepseek-v3"), small_options(7));
   EXPECT_TRUE(a.placement().same_maps(b.placement()));
   // b generates in reverse order and twice; every result must equal a's.
   for (std::int64_t pass = 11; pass >= 0; --pass) {
@@ -64,14 +64,14 @@ TEST(SyntheticWorkload, SameSeedSameIdsInAnyOrder) {
 }
 
 TEST(SyntheticWorkload, DifferentSeedsDiffer) {
-  const SyntheticWorkload a(workload::deepseek_like_topology(), small_options(1));
-  const SyntheticWorkload b(workload::deepseek_like_topology(), small_options(2));
+  const SyntheticWorkload a(workload::preset("deepseek-v3"), small_options(1));
+  const SyntheticWorkload b(workload::preset("deepseek-v3"), small_options(2));
   EXPECT_FALSE(a.placement().same_maps(b.placement()));
   EXPECT_NE(generate(a, 0, 3).physical, generate(b, 0, 3).physical);
 }
 
 TEST(SyntheticWorkload, BatchShapes) {
-  const SyntheticWorkload work(workload::deepseek_like_topology(), {.num_passes = 400});
+  const SyntheticWorkload work(workload::preset("deepseek-v3"), {.num_passes = 400});
   const std::set<std::int64_t> graph_sizes{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64};
   int decode = 0, prefill = 0, padded = 0;
   for (std::int64_t pass = 0; pass < 400; ++pass) {
@@ -100,7 +100,7 @@ TEST(SyntheticWorkload, BatchShapes) {
 }
 
 TEST(SyntheticWorkload, IdsAgreeWithThePlacementAndPaddingIsGarbage) {
-  const SyntheticWorkload work(workload::deepseek_like_topology(), small_options(3));
+  const SyntheticWorkload work(workload::preset("deepseek-v3"), small_options(3));
   const ModelTopology& topology = work.topology();
   const std::int64_t k = topology.top_k;
   std::int64_t garbage_in_range = 0, minus_ones = 0, out_of_range = 0;
@@ -139,7 +139,7 @@ TEST(SyntheticWorkload, IdsAgreeWithThePlacementAndPaddingIsGarbage) {
 TEST(SyntheticWorkload, SkewedWithDifferentHotExpertsPerLayer) {
   // One prefill pass of 4096 tokens.
   const SyntheticWorkload work(
-      workload::deepseek_like_topology(),
+      workload::preset("deepseek-v3"),
       {.num_passes = 1, .prefill_fraction = 1.0, .min_prefill_tokens = 4096});
   const ModelTopology& topology = work.topology();
   const std::int64_t num_experts = topology.num_logical_experts;
@@ -177,7 +177,7 @@ TEST(SyntheticWorkload, SkewedWithDifferentHotExpertsPerLayer) {
 }
 
 TEST(SyntheticWorkload, PlacementReplicatesHotExperts) {
-  const SyntheticWorkload work(workload::deepseek_like_topology(), small_options(5));
+  const SyntheticWorkload work(workload::preset("deepseek-v3"), small_options(5));
   const Placement& placement = work.placement();
   EXPECT_EQ(placement.version(), 1u);
   const Placement trivial = Placement::trivial(61, 288, 256);
@@ -195,18 +195,109 @@ TEST(SyntheticWorkload, PlacementReplicatesHotExperts) {
 }
 
 TEST(SyntheticWorkload, RejectsBadOptionsAndBuffers) {
-  const ModelTopology topology = workload::deepseek_like_topology();
-  test::expect_error([&] { SyntheticWorkload(topology, {.num_passes = 0}); }, {"num_passes"});
-  test::expect_error([&] { SyntheticWorkload(topology, {.prefill_fraction = 1.5}); },
+  const workload::Preset& deepseek = workload::preset("deepseek-v3");
+  test::expect_error([&] { SyntheticWorkload(deepseek, {.num_passes = 0}); }, {"num_passes"});
+  test::expect_error([&] { SyntheticWorkload(deepseek, {.prefill_fraction = 1.5}); },
                      {"prefill_fraction"});
-  test::expect_error([&] { SyntheticWorkload(topology, {.max_decode_tokens = 65}); },
+  test::expect_error([&] { SyntheticWorkload(deepseek, {.max_decode_tokens = 65}); },
                      {"decode tokens"});
-  test::expect_error([&] { SyntheticWorkload(topology, {.minus_one_rate = -1.0}); },
+  test::expect_error([&] { SyntheticWorkload(deepseek, {.minus_one_rate = -1.0}); },
                      {"minus_one_rate"});
-  const SyntheticWorkload work(topology, small_options(1));
+  const SyntheticWorkload work(deepseek, small_options(1));
   std::vector<std::int32_t> wrong(3);
   test::expect_error([&] { work.fill_topk(0, 3, wrong); }, {"physical_ids holds 3"});
   test::expect_error([&] { work.fill_topk(0, 0, wrong); }, {"layer 0 is not a MoE layer"});
+}
+
+TEST(SyntheticWorkload, PresetsHaveTheirModelsShapes) {
+  const auto& deepseek = workload::preset("deepseek-v3").topology;
+  EXPECT_EQ(deepseek, workload::deepseek_like_topology());
+  EXPECT_EQ(workload::preset("deepseek-v3").popularity.group_limit, 4);
+  const auto& mixtral = workload::preset("mixtral-8x7b").topology;
+  EXPECT_EQ(mixtral.num_layers, 32);
+  EXPECT_EQ(mixtral.num_moe_layers(), 32);
+  EXPECT_EQ(mixtral.num_logical_experts, 8);
+  EXPECT_EQ(mixtral.top_k, 2);
+  const auto& qwen = workload::preset("qwen3-moe").topology;
+  EXPECT_EQ(qwen.num_layers, 48);
+  EXPECT_EQ(qwen.num_logical_experts, 128);
+  EXPECT_EQ(qwen.top_k, 8);
+  EXPECT_EQ(workload::presets().size(), 3u);
+  test::expect_error([] { workload::preset("gpt-5"); },
+                     {"unknown workload preset 'gpt-5'", "deepseek-v3, mixtral-8x7b, qwen3-moe"});
+}
+
+TEST(SyntheticWorkload, EveryPresetIsDeterministicPerSeed) {
+  for (const workload::Preset& preset : workload::presets()) {
+    const SyntheticOptions options = {.seed = 9, .num_passes = 6, .drift_passes = 2};
+    const SyntheticWorkload a(preset, options);
+    const SyntheticWorkload b(preset, options);
+    SyntheticOptions other_seed = options;
+    other_seed.seed = 10;
+    const SyntheticWorkload c(preset, other_seed);
+    EXPECT_TRUE(a.placement().same_maps(b.placement())) << preset.name;
+    const std::int64_t last = preset.topology.num_layers - 1;
+    for (std::int64_t pass = 5; pass >= 0; --pass) {
+      EXPECT_EQ(generate(a, pass, last).physical, generate(b, pass, last).physical) << preset.name;
+    }
+    EXPECT_NE(generate(a, 0, last).logical, generate(c, 0, last).logical) << preset.name;
+    std::vector<double> pa(static_cast<std::size_t>(preset.topology.num_logical_experts));
+    std::vector<double> pb(pa.size());
+    a.popularity(3, last, workload::Phase::kDecode, pa);
+    b.popularity(3, last, workload::Phase::kDecode, pb);
+    EXPECT_EQ(pa, pb) << preset.name;
+  }
+}
+
+TEST(SyntheticWorkload, DeepSeekTokensUseAtMostFourGroups) {
+  const SyntheticWorkload work(workload::preset("deepseek-v3"), small_options(4));
+  std::int64_t tokens_using_four = 0;
+  for (std::int64_t pass = 0; pass < 4; ++pass) {
+    const workload::PassBatch batch = work.batch(pass);
+    const LayerIds ids = generate(work, pass, 40);
+    for (std::int64_t token = 0; token < batch.num_valid_tokens; ++token) {
+      std::set<std::int32_t> groups;
+      for (std::int64_t c = 0; c < 8; ++c) {
+        const std::int32_t expert = ids.logical[std::size_t(token * 8 + c)];
+        if (expert >= 0) groups.insert(expert / 32);
+      }
+      EXPECT_LE(groups.size(), 4u);
+      tokens_using_four += groups.size() == 4 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(tokens_using_four, 0);
+}
+
+TEST(SyntheticWorkload, PopularityDriftsAndDiffersByPhase) {
+  const SyntheticWorkload work(workload::preset("deepseek-v3"),
+                               {.num_passes = 41, .drift_passes = 20});
+  const auto row = [&](std::int64_t pass, workload::Phase phase) {
+    std::vector<double> out(256);
+    work.popularity(pass, 10, phase, out);
+    EXPECT_NEAR(std::accumulate(out.begin(), out.end(), 0.0), 1.0, 1e-9);
+    return out;
+  };
+  using workload::Phase;
+  EXPECT_NE(row(0, Phase::kPrefill), row(0, Phase::kDecode));
+  EXPECT_NE(row(0, Phase::kPrefill), row(1, Phase::kPrefill));
+  EXPECT_NE(row(20, Phase::kDecode), row(40, Phase::kDecode));
+  test::expect_error([&] { row(41, Phase::kDecode); }, {"pass 41 out of range"});
+}
+
+TEST(SyntheticWorkload, RejectsBadPopularityModels) {
+  const ModelTopology topology = workload::deepseek_like_topology();
+  const auto with = [&](workload::PopularityModel model) {
+    SyntheticWorkload(topology, std::move(model), {});
+  };
+  test::expect_error([&] { with({.sigma_knots = {}}); }, {"sigma_knots"});
+  test::expect_error([&] { with({.sigma_knots = {-1.0}}); }, {"sigma_knots"});
+  test::expect_error([&] { with({.group_share = 1.5}); }, {"group_share"});
+  test::expect_error([&] { with({.group_limit = 9}); }, {"group_limit 9"});
+  test::expect_error([&] { with({.num_hot = 257}); }, {"num_hot"});
+  test::expect_error([&] { with({.phase_correlation = -0.1}); }, {"phase_correlation"});
+  test::expect_error([&] { with({.drift_correlation = 2.0}); }, {"drift_correlation"});
+  test::expect_error([&] { SyntheticWorkload(topology, {}, {.drift_passes = 0}); },
+                     {"drift_passes"});
 }
 
 }  // namespace

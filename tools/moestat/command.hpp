@@ -26,5 +26,6 @@ std::unique_ptr<Command> make_convert_command();
 std::unique_ptr<Command> make_plan_command();
 std::unique_ptr<Command> make_eval_command();
 std::unique_ptr<Command> make_hot_experts_command();
+std::unique_ptr<Command> make_report_command();
 
 }  // namespace moestat::cli

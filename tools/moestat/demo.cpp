@@ -1,13 +1,16 @@
-// `moestat demo --out DIR`: records a built-in skewed workload through the CPU recorder
-// exactly as an engine would, writes the snapshot, and checks it against an independent
-// tally of the generated ids.
+// `moestat demo --out DIR`: records a built-in workload (a preset fitted to real traffic)
+// through the CPU recorder exactly as an engine would, writes the snapshot, checks it
+// against an independent tally of the generated ids, and writes an HTML report of the run.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/record/cpu_recorder.hpp>
+#include <moestat/report.hpp>
 #include <moestat/workload.hpp>
 #include <string>
 #include <system_error>
@@ -123,33 +126,67 @@ std::string size_text(std::size_t bytes) {
                           : fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
 }
 
+/// "[#####     ] pass 12/64" on a terminal, redrawn in place; nothing in logs or pipes.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::int64_t total) : total_(total), shown_(::isatty(STDOUT_FILENO) == 1) {}
+  void update(std::int64_t done) {
+    if (!shown_) return;
+    constexpr std::int64_t kWidth = 30;
+    const std::int64_t filled = done * kWidth / total_;
+    fmt::print("\r[{}{}] pass {}/{}", std::string(std::size_t(filled), '#'),
+               std::string(std::size_t(kWidth - filled), ' '), done, total_);
+    std::fflush(stdout);
+  }
+  void finish() {
+    if (shown_) fmt::print("\r{}\r", std::string(60, ' '));
+  }
+
+ private:
+  std::int64_t total_;
+  bool shown_;
+};
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const workload::Preset& preset : workload::presets()) names.emplace_back(preset.name);
+  return names;
+}
+
 class DemoCommand final : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* sub = app.add_subcommand(
         "demo",
-        "Record a built-in skewed DeepSeek-like workload, write the snapshot and check it "
-        "against an independent tally");
+        "Record a built-in workload fitted to real traffic, check it against an independent "
+        "tally, and write the snapshot and an HTML report");
     sub->add_option("--out", out_dir_,
-                    "Directory for snapshot.json, logical_count.json and "
-                    "placement.json (created if missing)")
+                    "Directory for snapshot.json, logical_count.json, placement.json and "
+                    "report.html (created if missing)")
         ->required();
+    sub->add_option("--preset", preset_,
+                    "Workload: " + fmt::format("{}", fmt::join(preset_names(), ", ")))
+        ->check(CLI::IsMember(preset_names()))
+        ->capture_default_str();
     // NOTE: CLI11 2.1 would wrap "-1" into 2^64 - 1 for an unsigned option; refuse it.
     sub->add_option("--seed", seed_, "Workload seed; the same seed writes the same files")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    // The window holds every pass ([passes, 61, 544] counts), so the count is capped at
+    // The window holds every pass ([passes, L, P] counts), so the count is capped at
     // SGLang's default window of 1000 passes.
     sub->add_option("--passes", num_passes_, "Forward passes to record")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}))
         ->capture_default_str();
     sub->footer(
-        "The workload: 61 layers (first 3 dense), 256 experts on 288 slots with a non-trivial\n"
-        "placement, top-8, Zipf-like popularity with different hot experts per layer, decode\n"
-        "(1-64 tokens) and prefill (512-4096 tokens) passes padded to graph batch sizes, a few\n"
-        "-1 and out-of-range ids.\n\n"
+        "Presets (docs/workload.md): deepseek-v3 (61 layers, 3 dense, 256 experts on 288\n"
+        "slots over 32 GPUs, top-8 within 4 of 8 groups), mixtral-8x7b (32 layers, 8 experts\n"
+        "on 12 slots over 4 GPUs, top-2), qwen3-moe (48 layers, 128 experts on 144 slots over\n"
+        "16 GPUs, top-8). Expert popularity follows a law fitted to real counts: skewed per\n"
+        "layer, different for prefill and decode passes, drifting over the run as much as two\n"
+        "benchmark workloads differ. Decode (1-64 tokens) and prefill (512-4096 tokens) passes\n"
+        "are padded to graph batch sizes; a few ids are -1 or out of range.\n\n"
         "Example:\n"
-        "  moestat demo --out demo-out --seed 7 --passes 32\n"
+        "  moestat demo --out demo-out --preset mixtral-8x7b --seed 7 --passes 32\n"
         "  moestat inspect demo-out/snapshot.json");
     return sub;
   }
@@ -160,12 +197,15 @@ class DemoCommand final : public Command {
     std::filesystem::create_directories(dir, error);
     MOESTAT_CHECK(!error, "cannot create directory {}: {}", dir.string(), error.message());
 
-    const workload::SyntheticWorkload work(workload::deepseek_like_topology(),
-                                           {.seed = seed_, .num_passes = num_passes_});
+    const workload::Preset& preset = workload::preset(preset_);
+    // One drift period per run: its end differs from its start as two benchmark workloads of
+    // one phase do, so a placement planned on the start meets realistic change later.
+    const workload::SyntheticWorkload work(
+        preset, {.seed = seed_, .num_passes = num_passes_, .drift_passes = num_passes_});
     const ModelTopology& topology = work.topology();
     fmt::print(
-        "workload: {} layers ({} MoE), {} experts on {} slots over {} ranks, top-{}, seed {}\n",
-        topology.num_layers, topology.num_moe_layers(), topology.num_logical_experts,
+        "workload: {}, {} layers ({} MoE), {} experts on {} slots over {} GPUs, top-{}, seed {}\n",
+        preset.name, topology.num_layers, topology.num_moe_layers(), topology.num_logical_experts,
         topology.num_physical_experts, topology.ep_size, topology.top_k, seed_);
 
     record::CpuRecorder recorder(topology, {.mode = RecordMode::kStat, .window_size = num_passes_});
@@ -177,7 +217,9 @@ class DemoCommand final : public Command {
     std::int64_t decode_passes = 0, prefill_passes = 0, valid_tokens = 0;
     std::int64_t decode_calls = 0, prefill_calls = 0;
     double decode_seconds = 0.0, prefill_seconds = 0.0;
+    ProgressBar progress(num_passes_);
     for (std::int64_t pass = 0; pass < num_passes_; ++pass) {
+      progress.update(pass);
       const workload::PassBatch batch = work.batch(pass);
       (batch.prefill ? prefill_passes : decode_passes) += 1;
       valid_tokens += batch.num_valid_tokens;
@@ -199,6 +241,7 @@ class DemoCommand final : public Command {
       }
       recorder.end_pass();
     }
+    progress.finish();
     recorder.stop();
     const Snapshot snapshot = recorder.snapshot();
 
@@ -224,10 +267,6 @@ class DemoCommand final : public Command {
     io::write_file_atomically(dir / "snapshot.json", snapshot_json);
     io::write_file_atomically(dir / "logical_count.json", counts_json);
     io::write_file_atomically(dir / "placement.json", placement_json);
-    fmt::print("wrote: {} ({}), {} ({}), {} ({})\n", (dir / "snapshot.json").string(),
-               size_text(snapshot_json.size()), (dir / "logical_count.json").string(),
-               size_text(counts_json.size()), (dir / "placement.json").string(),
-               size_text(placement_json.size()));
 
     check_against_tally(snapshot, tally, work);
     fmt::print("check: snapshot equals independent tally ({} assignments)\n", tally.routed);
@@ -237,11 +276,36 @@ class DemoCommand final : public Command {
                   (dir / "snapshot.json").string());
     check_read_back(snapshot, std::get<Snapshot>(read));
     fmt::print("check: snapshot.json reads back equal\n");
+
+    // The report of the run: the recorded window against the identity placement and the
+    // workload's own (version 1) placement.
+    const report::Recording recording = report::load_recording(dir / "snapshot.json");
+    const report::Options report_options{.num_gpus = topology.ep_size,
+                                         .placement = work.placement()};
+    const std::string html = report::render_html(recording, report_options);
+    io::write_file_atomically(dir / "report.html", html);
+    print_balancedness(report::balancedness(recording, report_options), topology.ep_size);
+
+    fmt::print("wrote: {} ({}), {} ({}), {} ({}), {} ({})\n", (dir / "snapshot.json").string(),
+               size_text(snapshot_json.size()), (dir / "logical_count.json").string(),
+               size_text(counts_json.size()), (dir / "placement.json").string(),
+               size_text(placement_json.size()), (dir / "report.html").string(),
+               size_text(html.size()));
     return kExitOk;
   }
 
  private:
+  /// One line per placement, so planners' lines can join the list.
+  static void print_balancedness(const report::Balancedness& balancedness, std::int64_t gpus) {
+    fmt::print("balancedness over {} GPUs (mean over layers of mean / max GPU load):\n", gpus);
+    fmt::print("  identity placement:        {:.3f}\n", balancedness.identity);
+    if (balancedness.planned) {
+      fmt::print("  workload placement (v1):   {:.3f}\n", *balancedness.planned);
+    }
+  }
+
   std::string out_dir_;
+  std::string preset_ = "deepseek-v3";
   std::uint64_t seed_ = 1;
   std::int64_t num_passes_ = 64;
 };

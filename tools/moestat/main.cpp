@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
                     moestat::cli::make_convert_command, moestat::cli::make_plan_command,
-                    moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command}) {
+                    moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command,
+                    moestat::cli::make_report_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -51,9 +52,7 @@ int main(int argc, char** argv) {
     return moestat::cli::kExitRuntimeError;
   }
   fmt::print(stderr,
-             "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts)
-"
-             "Run with --help for more information.
-");
+             "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts, "
+             "report)\nRun with --help for more information.\n");
   return moestat::cli::kExitUsageError;
 }

@@ -1,0 +1,94 @@
+// `moestat report FILE`: the recording as an HTML page, a heatmap PNG and/or Prometheus text.
+#include <fmt/format.h>
+
+#include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
+#include <moestat/report.hpp>
+#include <string>
+#include <string_view>
+
+#include "command.hpp"
+
+namespace moestat::cli {
+namespace {
+
+class ReportCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* sub = app.add_subcommand(
+        "report",
+        "Draw a recording: an HTML page with a heatmap, per-GPU loads and balancedness, a "
+        "heatmap PNG, or Prometheus metrics");
+    sub->add_option("FILE", path_, "A moestat snapshot or SGLang logical_count JSON file")
+        ->required();
+    sub->add_option("--placement", placement_path_,
+                    "A physical_to_logical_map JSON placement to compare with the identity "
+                    "placement");
+    sub->add_option("--gpus", options_.num_gpus,
+                    "Expert-parallel GPUs; must divide the experts and the placement's slots")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+        ->capture_default_str();
+    sub->add_option("--top", options_.top_experts, "Hottest experts listed per layer")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}))
+        ->capture_default_str();
+    sub->add_option("--html", html_path_, "Write the HTML report here");
+    sub->add_option("--png", png_path_, "Write the layers x experts heatmap here as PNG");
+    sub->add_flag("--prometheus", prometheus_,
+                  "Print the metrics in Prometheus text exposition format");
+    sub->footer(
+        "At least one of --html, --png and --prometheus. The page is self-contained (inline\n"
+        "SVG, no script, no network). Without --placement it shows the identity placement\n"
+        "(expert e on GPU e / (E / GPUs)) only.\n\n"
+        "Example:\n"
+        "  moestat demo --out demo-out\n"
+        "  moestat report demo-out/snapshot.json --placement demo-out/placement.json --gpus 32 \\\n"
+        "      --html demo-out/report.html --png demo-out/heatmap.png\n"
+        "  moestat report logical_count.json --prometheus > metrics.prom");
+    return sub;
+  }
+
+  int run() override {
+    if (html_path_.empty() && png_path_.empty() && !prometheus_) {
+      fmt::print(stderr,
+                 "moestat report: nothing to write: give --html OUT, --png OUT or "
+                 "--prometheus\nRun with --help for more information.\n");
+      return kExitUsageError;
+    }
+    const report::Recording recording = report::load_recording(path_);
+    if (!placement_path_.empty()) {
+      try {
+        options_.placement =
+            io::placement_from_json(io::read_text_file(placement_path_), recording.num_experts);
+      } catch (const Error& error) {
+        // read_text_file names the path already; parse errors do not.
+        const std::string& message = error.message();
+        if (message.starts_with(placement_path_)) throw;
+        MOESTAT_FAIL("{}: {}", placement_path_, message);
+      }
+    }
+    options_.validate(recording);
+    if (!html_path_.empty()) {
+      io::write_file_atomically(html_path_, report::render_html(recording, options_));
+      fmt::print(stderr, "wrote {}\n", html_path_);
+    }
+    if (!png_path_.empty()) {
+      const std::vector<std::uint8_t> png = report::render_heatmap_png(recording);
+      io::write_file_atomically(
+          png_path_, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+      fmt::print(stderr, "wrote {}\n", png_path_);
+    }
+    if (prometheus_) fmt::print("{}", report::prometheus_text(recording, options_));
+    return kExitOk;
+  }
+
+ private:
+  std::string path_, placement_path_, html_path_, png_path_;
+  bool prometheus_ = false;
+  report::Options options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_report_command() { return std::make_unique<ReportCommand>(); }
+
+}  // namespace moestat::cli
