@@ -38,19 +38,6 @@ void validate(const LogicalCounts& counts) {
   }
 }
 
-/// SGLang dumps counts from float tensors ("12.0"): whole numbers become integers; anything
-/// else is left for the integer reader to reject with its usual message.
-void whole_floats_to_integers(detail::Json& value) {
-  if (value.is_array()) {
-    for (detail::Json& element : value) whole_floats_to_integers(element);
-  } else if (value.is_number_float()) {
-    const double number = value.get<double>();
-    if (std::isfinite(number) && number == std::floor(number) && std::abs(number) < 0x1p62) {
-      value = std::int64_t(number);
-    }
-  }
-}
-
 }  // namespace
 
 std::vector<std::int64_t> LogicalCounts::totals() const {
@@ -80,8 +67,7 @@ LogicalCounts logical_counts_from_json(std::string_view text) {
 
 LogicalCounts detail::logical_counts_from_document(const Json& doc) {
   detail::require_object(doc, "SGLang counts with \"logical_count\"");
-  detail::Json value = detail::require_key(doc, "logical_count");
-  whole_floats_to_integers(value);
+  const detail::Json& value = detail::require_key(doc, "logical_count");
   const int depth = detail::nesting_depth(value);
   MOESTAT_CHECK(!(value.is_array() && value.empty()),
                 "logical_count is empty: expected [layers][experts] or [passes][layers][experts]");
