@@ -1,12 +1,15 @@
 // Writes the seed corpora of the fuzz targets with moestat's own writers:
 // `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,trace}/ with small valid files.
 // (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
+// The pt corpus also holds the bare pickles of its files, for the unpickler.
 #include <cstdio>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
+
+#include "io/pickle.hpp"
 
 namespace {
 
@@ -58,6 +61,16 @@ int main(int argc, char** argv) {
         io::PtValue(io::PtDict{
             {io::PtValue("t"), io::PtValue(io::PtTuple{{io::PtValue(1.5), io::PtValue()}})},
             {io::PtValue(7), io::PtValue(io::PtList{io::PtValue(true), io::PtValue(-1)})}}));
+    // Bare pickles of every .pt seed (the pt target unpickles non-zip inputs directly).
+    std::vector<std::filesystem::path> pt_files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / "pt")) {
+      pt_files.push_back(entry.path());
+    }
+    for (const auto& path : pt_files) {
+      std::vector<const io::HostTensor*> storages;
+      const std::string pickle = io::detail::pickle(io::read_pt_file(path), storages);
+      io::write_file_atomically(path.string() + ".pkl", pickle);
+    }
     // safetensors and JSON: counts, placement, mask; JSON also a snapshot of each mode.
     io::write_logical_counts(dir / "safetensors" / "counts.safetensors", counts);
     io::write_placement(dir / "safetensors" / "placement.safetensors", placement);
