@@ -11,10 +11,10 @@ namespace {
 
 /// Restores a binary heap (`before(a, b)`: a belongs above b) below position `i` after the
 /// key of heap[i] moved away from the top. One sift-down instead of a pop and a push.
-template <typename Before>
-void sift_down(std::vector<std::int32_t>& heap, std::size_t i, Before before) {
+template <typename T, typename Before>
+void sift_down(std::vector<T>& heap, std::size_t i, Before before) {
   const std::size_t n = heap.size();
-  const std::int32_t value = heap[i];
+  const T value = heap[i];
   for (std::size_t child = 2 * i + 1; child < n; child = 2 * i + 1) {
     if (child + 1 < n && before(heap[child + 1], heap[child])) ++child;
     if (!before(heap[child], value)) break;
@@ -49,28 +49,24 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs, Dee
   std::sort(s.sorted.begin(), s.sorted.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
 
-  s.pack_load.assign(std::size_t(num_packs), 0.0F);
   s.pack_items.assign(std::size_t(num_packs), 0);
-  s.heap.resize(std::size_t(num_packs));
-  std::iota(s.heap.begin(), s.heap.end(), 0);
-  // Min-heap on (load, pack index): the top is Python's min() over packs with room. All
-  // loads start at 0, so packs in index order already form the heap.
-  const auto lighter = [&](std::int32_t a, std::int32_t b) {
-    const float la = s.pack_load[std::size_t(a)], lb = s.pack_load[std::size_t(b)];
-    return la != lb ? la < lb : a < b;
-  };
+  // Min-heap of (load, pack index), compared as pairs: the top is Python's min() over packs
+  // with room (the lowest index among equal loads). All loads start at 0, so packs in index
+  // order already form the heap.
+  s.pack_heap.resize(std::size_t(num_packs));
+  for (std::int32_t p = 0; p < num_packs; ++p) s.pack_heap[std::size_t(p)] = {0.0F, p};
+  const auto lighter = [](const auto& a, const auto& b) { return a < b; };
   for (const auto& [bits, item] : s.sorted) {
-    const float load = std::bit_cast<float>(bits);
-    const std::int32_t pack = s.heap.front();
+    auto& [pack_load, pack] = s.pack_heap.front();
     s.pack_of[std::size_t(item)] = pack;
     s.rank_in_pack[std::size_t(item)] = s.pack_items[std::size_t(pack)]++;
-    s.pack_load[std::size_t(pack)] += load;
+    pack_load += std::bit_cast<float>(bits);
     if (s.pack_items[std::size_t(pack)] == capacity) {  // full: leaves the heap
-      s.heap.front() = s.heap.back();
-      s.heap.pop_back();
-      if (s.heap.empty()) break;
+      s.pack_heap.front() = s.pack_heap.back();
+      s.pack_heap.pop_back();
+      if (s.pack_heap.empty()) break;
     }
-    sift_down(s.heap, 0, lighter);
+    sift_down(s.pack_heap, 0, lighter);
   }
 }
 

@@ -12,7 +12,8 @@ namespace moestat::plan::detail {
 
 /// Reusable buffers of deepseek_plan_layer, so planning many layers allocates once.
 struct DeepseekScratch {
-  std::vector<float> group_load, mlog_load, phy_load, pack_load;
+  std::vector<float> group_load, mlog_load, phy_load;
+  std::vector<std::pair<float, std::int32_t>> pack_heap;  ///< (load, pack)
   std::vector<std::int32_t> pack_of, rank_in_pack, pack_items, log2mlog, mlog2log, phy2mlog,
       mlog_count, heap;
   std::vector<std::pair<std::uint32_t, std::int32_t>> sorted;  ///< (float bits, index)

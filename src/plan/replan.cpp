@@ -38,7 +38,9 @@ void greedy_moves(std::span<std::int32_t> row, std::span<const double> weight, c
   }
   LayerMap map(row, weight, layout);
   constexpr std::size_t kRepointCandidates = 8;
+  const auto light_gpus = std::size_t(std::min<std::int64_t>(4, layout.num_gpus));
   std::vector<std::int32_t> by_replica_weight(static_cast<std::size_t>(layout.num_experts));
+  std::vector<std::int64_t> gpus(static_cast<std::size_t>(layout.num_gpus)), slots;
   for (std::int64_t step = 0; step < 2 * layout.num_slots; ++step) {
     if (map.balancedness() >= target) return;
     const std::int64_t x = map.heaviest_gpu();
@@ -52,27 +54,43 @@ void greedy_moves(std::span<std::int32_t> row, std::span<const double> weight, c
     double best_gain = 1e-12 * max_now;
     std::int64_t best_s = -1, best_t = -1;
     std::int32_t best_expert = -1;
-    for (std::int64_t s = x * layout.slots_per_gpu; s < (x + 1) * layout.slots_per_gpu; ++s) {
+    // Re-points: slots of the heaviest GPU (a lighter expert there) and of the lightest GPUs
+    // (one more replica of a hot expert there, which lightens all of its replicas).
+    std::iota(gpus.begin(), gpus.end(), 0);
+    std::partial_sort(
+        gpus.begin(), gpus.begin() + std::ptrdiff_t(light_gpus), gpus.end(),
+        [&](std::int64_t a, std::int64_t b) { return map.gpu_load(a) < map.gpu_load(b); });
+    slots.clear();
+    for (std::int64_t k = 0; k < layout.slots_per_gpu; ++k) {
+      slots.push_back(x * layout.slots_per_gpu + k);
+      for (std::size_t g = 0; g < light_gpus; ++g) {
+        if (gpus[g] != x) slots.push_back(gpus[g] * layout.slots_per_gpu + k);
+      }
+    }
+    for (const std::int64_t s : slots) {
       const std::int32_t a = map.at(s);
-      if (map.count(a) >= 2) {
-        std::size_t tried = 0;
-        for (const std::int32_t b : by_replica_weight) {
-          if (tried == kRepointCandidates) break;
-          if (b == a) continue;
-          if (layout.hierarchical &&
-              (*group_node)[std::size_t(b / layout.group_size)] != layout.node_of_slot(s)) {
-            continue;
-          }
-          ++tried;
-          const double gain = max_now - map.max_after_repoint(s, b);
-          if (gain > best_gain) {
-            best_gain = gain;
-            best_s = s;
-            best_expert = b;
-            best_t = -1;
-          }
+      if (map.count(a) < 2) continue;
+      std::size_t tried = 0;
+      for (const std::int32_t b : by_replica_weight) {
+        if (tried == kRepointCandidates) break;
+        if (b == a) continue;
+        if (layout.hierarchical &&
+            (*group_node)[std::size_t(b / layout.group_size)] != layout.node_of_slot(s)) {
+          continue;
+        }
+        ++tried;
+        const double gain = max_now - map.max_after_repoint(s, b);
+        if (gain > best_gain) {
+          best_gain = gain;
+          best_s = s;
+          best_expert = b;
+          best_t = -1;
         }
       }
+    }
+    // Swaps: a slot of the heaviest GPU with a slot elsewhere on its node.
+    for (std::int64_t s = x * layout.slots_per_gpu; s < (x + 1) * layout.slots_per_gpu; ++s) {
+      const std::int32_t a = map.at(s);
       for (std::int64_t t = 0; t < layout.num_slots; ++t) {
         if (t / layout.slots_per_gpu == x || map.at(t) == a) continue;
         if (layout.node_of_slot(t) != layout.node_of_slot(s)) continue;

@@ -104,6 +104,15 @@ TEST(CliPlan, OneWindowFileGivesItsPassesAsScenarios) {
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_NE(run.out.find("planned on 2 scenarios"), std::string::npos) << run.out;
   EXPECT_TRUE(read_placement(dir.path() / "p.json").same_maps(plan::plan_moestat(passes, kConfig)));
+  // The reference plans on the window summed, as SGLang does.
+  ASSERT_EQ(
+      run_cli(fmt::format("plan --stats {} --algorithm deepseek {} --out {}",
+                          quoted(dir.path() / "w.json"), kShape, quoted(dir.path() / "d.json")))
+          .code,
+      0);
+  plan::ExpertLoads sum = passes[0];
+  for (std::size_t i = 0; i < sum.values.size(); ++i) sum.values[i] += passes[1].values[i];
+  EXPECT_TRUE(read_placement(dir.path() / "d.json").same_maps(plan::plan_deepseek(sum, kConfig)));
 }
 
 TEST(CliPlan, CrossNodeReplicasAreBoundedAndReported) {

@@ -103,13 +103,16 @@ class PlanCommand final : public Command {
   }
 
   int run() override {
-    std::vector<plan::ExpertLoads> scenarios;
+    // moestat's scenarios; and each file's total, which the reference plans on (one file:
+    // its window summed, as SGLang sums it; several: their equal-weight sum).
+    std::vector<plan::ExpertLoads> scenarios, totals;
     for (const std::string& path : stats_) {
       const plan::LoadWindow window = read_load_file(path);
+      totals.push_back(window.total());
       if (stats_.size() == 1) {
         scenarios = window_scenarios(window, max_scenarios_);
       } else {
-        scenarios.push_back(window.total());
+        scenarios.push_back(totals.back());
       }
       MOESTAT_CHECK(scenarios.front().num_layers == window.passes.front().num_layers &&
                         scenarios.front().num_experts == window.passes.front().num_experts,
@@ -118,7 +121,7 @@ class PlanCommand final : public Command {
                     stats_.front(), scenarios.front().num_layers, scenarios.front().num_experts);
     }
     const plan::ExpertLoads combined =
-        scenarios.size() == 1 ? scenarios.front() : plan::equal_weight_sum(scenarios);
+        totals.size() == 1 ? totals.front() : plan::equal_weight_sum(totals);
     const plan::MoestatPlanOptions options{
         .objective = objective_ == "worst-case" ? plan::ScenarioObjective::kWorstCase
                                                 : plan::ScenarioObjective::kExpected,

@@ -34,9 +34,10 @@ struct ReplanResult {
 };
 
 /// For each layer below the target: (1) greedy moves on the current map, each the one that
-/// lowers the heaviest GPU most per copy: re-pointing one slot of the heaviest GPU from an
-/// expert with spare replicas to another expert (1 copy), or swapping two slots between the
-/// heaviest GPU and another (2 copies); until the target is met or no move helps. (2) The
+/// lowers the heaviest GPU most per copy: re-pointing one slot (of the heaviest GPU or of the
+/// 4 lightest) from an expert with spare replicas to another expert (1 copy), or swapping
+/// two slots between the heaviest GPU and another (2 copies); until the target is met or no
+/// move helps. (2) The
 /// moestat plan of the layer with its GPUs (and nodes) renumbered and its slots reordered to
 /// keep as many experts in place as possible. The cheaper of the two that meets the target is
 /// kept; when neither does, the one with the higher balancedness. Moves keep the deployment's
