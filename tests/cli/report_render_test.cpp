@@ -70,8 +70,9 @@ class ReportInChromium : public ::testing::Test {
     const auto out = dir_.path() / "chromium.out";
     const auto err = dir_.path() / "chromium.err";
     const std::string command = fmt::format(
-        "timeout 120 chromium --headless --disable-gpu --no-sandbox --no-first-run "
-        "--user-data-dir='{}' --enable-logging=stderr --v=0 --window-size=1280,2400 {} "
+        "timeout 120 chromium --headless --disable-gpu --no-sandbox --disable-dev-shm-usage "
+        "--no-first-run --user-data-dir='{}' --enable-logging=stderr --v=0 "
+        "--window-size=1280,2400 {} "
         "'file://{}' >'{}' 2>'{}'",
         (dir_.path() / "profile").string(), mode, page.string(), out.string(), err.string());
     EXPECT_EQ(run(command), 0) << read_file(err);
