@@ -26,7 +26,7 @@ namespace {
 plan::ExpertLoads synthetic_loads(std::uint64_t seed) {
   workload::SyntheticOptions options;
   options.seed = seed;
-  const workload::SyntheticWorkload work(workload::deepseek_like_topology(), options);
+  const workload::SyntheticWorkload work(workload::preset("deepseek-v3"), options);
   const ModelTopology& t = work.topology();
   plan::ExpertLoads loads{t.num_layers, t.num_logical_experts, {}};
   for (const double p : work.popularity()) loads.values.push_back(std::round(p * 1e8));

@@ -34,10 +34,10 @@ struct Recording {
   void validate() const;
 };
 
-/// Reads a recording file: a moestat snapshot or an SGLang `{"logical_count": ...}` JSON.
-/// NOTE: the one place that maps a path to a recording; other formats (.pt) plug in here.
-/// moestat::Error starting with the path when the file is missing, malformed or not a
-/// recording (a placement, say).
+/// Reads a recording file: a moestat snapshot or an SGLang `{"logical_count": ...}` JSON,
+/// an SGLang `.pt` dump (stat, per-pass or per-token) or a `.safetensors` file with a
+/// `logical_count` tensor (the format detected from the contents). moestat::Error starting
+/// with the path when the file is missing, malformed or not a recording (a placement, say).
 Recording load_recording(const std::filesystem::path& path);
 
 struct Options {

@@ -69,6 +69,10 @@ struct Preset {
   std::string_view description;  ///< One line: the model and where the law comes from.
   ModelTopology topology;
   PopularityModel popularity;
+  /// The deployment a placement is planned for: expert groups (DeepSeek's n_group) and the
+  /// nodes the topology's ep_size GPUs sit on; groups % nodes == 0 plans hierarchically.
+  std::int64_t expert_groups = 1;
+  std::int64_t nodes = 1;
 };
 
 /// Every built-in preset, in a fixed order.

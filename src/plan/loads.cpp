@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <moestat/error.hpp>
 #include <moestat/plan/loads.hpp>
@@ -56,6 +57,42 @@ ExpertLoads equal_weight_sum(std::span<const ExpertLoads> scenarios) {
                   out.num_experts, scenario.num_layers, scenario.num_experts);
     const ExpertLoads shares = normalised_per_layer(scenario);
     for (std::size_t i = 0; i < out.values.size(); ++i) out.values[i] += shares.values[i];
+  }
+  return out;
+}
+
+std::vector<ExpertLoads> window_scenarios(const LoadWindow& window, std::int64_t max_groups) {
+  std::vector<const ExpertLoads*> loaded;
+  std::vector<double> mass;
+  for (const ExpertLoads& pass : window.passes) {
+    const double total = std::accumulate(pass.values.begin(), pass.values.end(), 0.0);
+    if (total > 0.0) {
+      loaded.push_back(&pass);
+      mass.push_back(total);
+    }
+  }
+  if (loaded.size() <= 1) return {window.total()};
+  // Groups of consecutive passes holding about equal shares of the window's assignments:
+  // a window mixes a few large prefill passes with many small decode passes, and a group of
+  // small passes alone is mostly sampling noise, which a planner would fit.
+  const auto groups = static_cast<std::int64_t>(std::min(loaded.size(), std::size_t(max_groups)));
+  const double window_mass = std::accumulate(mass.begin(), mass.end(), 0.0);
+  std::vector<ExpertLoads> out;
+  std::int64_t current_group = -1;
+  double before = 0.0;
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    // The group of the pass's middle assignment.
+    const auto group =
+        std::min(groups - 1,
+                 static_cast<std::int64_t>((before + mass[i] / 2) / window_mass * double(groups)));
+    before += mass[i];
+    if (group != current_group) {
+      out.push_back(*loaded[i]);
+      current_group = group;
+      continue;
+    }
+    std::vector<double>& sum = out.back().values;
+    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += loaded[i]->values[k];
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
+#include <moestat/io/statistics.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/report.hpp>
 #include <variant>
@@ -86,8 +87,18 @@ void Recording::validate() const {
 }
 
 Recording load_recording(const std::filesystem::path& path) {
-  const io::Document document = io::read_document(path);
   Recording out;
+  if (io::detect_file_format(path) != io::FileFormat::kJson) {
+    // .pt (SGLang dumps) and .safetensors hold logical counts (or a placement or a mask,
+    // which read_logical_counts refuses by name).
+    out = from_logical_counts(io::read_logical_counts(path));
+    out.kind =
+        fmt::format("logical_count ({})", io::file_format_name(io::detect_file_format(path)));
+    out.source = path.string();
+    out.validate();
+    return out;
+  }
+  const io::Document document = io::read_document(path);
   if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
     out = from_snapshot(*snapshot);
   } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {

@@ -61,7 +61,7 @@ const std::array<Preset, 3>& table() {
       Preset{"deepseek-v3",
              "DeepSeek-V3/R1: 61 layers (3 dense), 256 experts on 288 slots over 32 GPUs, "
              "top-8 within 4 of 8 groups; fitted to SGLang's published counts",
-             deepseek_like_topology(), deepseek_v3_law()},
+             deepseek_like_topology(), deepseek_v3_law(), /*expert_groups=*/8, /*nodes=*/4},
       Preset{"mixtral-8x7b",
              "Mixtral-8x7B: 32 layers, 8 experts on 12 slots over 4 GPUs, top-2; fitted to "
              "fiddler's MMLU counts",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <moestat/io/json.hpp>
+#include <moestat/io/statistics.hpp>
 #include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/hot_experts.hpp>
@@ -161,6 +162,29 @@ TEST(CliEval, JsonHasTheLibrarysMetrics) {
   EXPECT_EQ(out["num_loaded_layers"].get<std::int64_t>(), 3);
 }
 
+TEST(CliPlan, TorchFilesInAndOut) {
+  // SGLang's own formats end to end: a stat dump in, an --init-expert-location .pt out,
+  // a KTransformers-style bool mask out.
+  ScratchDir dir;
+  const plan::ExpertLoads loads = small_loads(3);
+  const auto stats = write_loads(dir, "a.json", loads);
+  ASSERT_EQ(run_cli(fmt::format("convert {} {}", quoted(stats), quoted(dir.path() / "a.pt"))).code,
+            0);
+  const CliRun run =
+      run_cli(fmt::format("plan --stats {} --algorithm deepseek {} --out {}",
+                          quoted(dir.path() / "a.pt"), kShape, quoted(dir.path() / "p.pt")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(
+      io::read_placement(dir.path() / "p.pt").same_maps(plan::plan_deepseek(loads, kConfig)));
+  const CliRun mask =
+      run_cli(fmt::format("hot-experts --stats {} --strategy frequency --per-layer 3 --out {}",
+                          quoted(dir.path() / "a.pt"), quoted(dir.path() / "m.pt")));
+  ASSERT_EQ(mask.code, 0) << mask.err;
+  EXPECT_EQ(
+      io::read_expert_mask(dir.path() / "m.pt").on_gpu,
+      plan::choose_hot_experts(loads, 9, {.strategy = plan::HotExpertStrategy::kFrequency}).on_gpu);
+}
+
 TEST(CliHotExperts, MaskFileAndHitRateMatchTheLibrary) {
   ScratchDir dir;
   const plan::ExpertLoads loads = small_loads(4);
@@ -173,7 +197,7 @@ TEST(CliHotExperts, MaskFileAndHitRateMatchTheLibrary) {
       plan::choose_hot_experts(loads, 9, {.strategy = plan::HotExpertStrategy::kFrequency});
   const Json file = Json::parse(test::read_whole_file(dir.path() / "m.json"));
   std::vector<std::uint8_t> written;
-  for (const Json& row : file["gpu_experts_mask"]) {
+  for (const Json& row : file["gpu_experts_masks"]) {
     for (const Json& v : row) written.push_back(v.get<bool>() ? 1 : 0);
   }
   EXPECT_EQ(written, mask.on_gpu);
@@ -216,8 +240,7 @@ TEST(CliPlanCommands, RuntimeErrorsExitOneNamingTheProblemAndWriteNothing) {
   const auto stats = write_loads(dir, "a.json", small_loads(1));
   const std::string out = "--out " + quoted(dir.path() / "x.json");
   const std::vector<std::pair<std::string, std::string>> cases{
-      {"plan --stats " + quoted(dir.path() / "w.pt") + " " + kShape + " " + out,
-       "not supported in this build"},
+      {"plan --stats " + quoted(dir.path() / "w.pt") + " " + kShape + " " + out, "w.pt"},
       {"plan --stats " + quoted(dir.path() / "none.json") + " " + kShape + " " + out, "none.json"},
       {"plan --stats " + quoted(stats) + " --replicas 10 --gpus 4 " + out,
        "do not divide evenly over 4 GPUs"},

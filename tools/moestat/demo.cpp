@@ -1,6 +1,8 @@
 // `moestat demo --out DIR`: records a built-in workload (a preset fitted to real traffic)
-// through the CPU recorder exactly as an engine would, writes the snapshot, checks it
-// against an independent tally of the generated ids, and writes an HTML report of the run.
+// through the CPU or CUDA recorder exactly as an engine would, checks the snapshot against
+// an independent tally of the generated ids, dumps it as SGLang would, plans placements and
+// hot-expert masks on the first half of the run and judges them on the second, and writes
+// an HTML report of the run.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -9,14 +11,18 @@
 #include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
-#include <moestat/record/cpu_recorder.hpp>
+#include <moestat/io/sglang.hpp>
+#include <moestat/io/statistics.hpp>
 #include <moestat/report.hpp>
 #include <moestat/workload.hpp>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "command.hpp"
+#include "demo_device.hpp"
+#include "demo_plan.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -159,11 +165,17 @@ class DemoCommand final : public Command {
     CLI::App* sub = app.add_subcommand(
         "demo",
         "Record a built-in workload fitted to real traffic, check it against an independent "
-        "tally, and write the snapshot and an HTML report");
+        "tally, plan placements on its first half and judge them on the second, and write "
+        "the files and an HTML report");
     sub->add_option("--out", out_dir_,
-                    "Directory for snapshot.json, logical_count.json, placement.json and "
-                    "report.html (created if missing)")
+                    "Directory for the snapshot, SGLang-style dumps, placements, the GPU expert "
+                    "mask and report.html (created if missing)")
         ->required();
+    sub->add_option("--device", device_,
+                    "Recorder: cpu, or cuda (ids copied to the GPU layer by layer, as a router "
+                    "leaves them; needs a build with nvcc and a GPU)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
     sub->add_option("--preset", preset_,
                     "Workload: " + fmt::format("{}", fmt::join(preset_names(), ", ")))
         ->check(CLI::IsMember(preset_names()))
@@ -185,9 +197,11 @@ class DemoCommand final : public Command {
         "layer, different for prefill and decode passes, drifting over the run as much as two\n"
         "benchmark workloads differ. Decode (1-64 tokens) and prefill (512-4096 tokens) passes\n"
         "are padded to graph batch sizes; a few ids are -1 or out of range.\n\n"
+        "The first half of the passes is planned on (DeepSeek's EPLB on their sum; moestat's\n"
+        "planner with groups of them as scenarios), the second half judges the plans.\n\n"
         "Example:\n"
         "  moestat demo --out demo-out --preset mixtral-8x7b --seed 7 --passes 32\n"
-        "  moestat inspect demo-out/snapshot.json");
+        "  moestat inspect demo-out/logical_count.pt");
     return sub;
   }
 
@@ -208,7 +222,9 @@ class DemoCommand final : public Command {
         preset.name, topology.num_layers, topology.num_moe_layers(), topology.num_logical_experts,
         topology.num_physical_experts, topology.ep_size, topology.top_k, seed_);
 
-    record::CpuRecorder recorder(topology, {.mode = RecordMode::kStat, .window_size = num_passes_});
+    DemoRecorder demo_recorder(device_, topology,
+                               {.mode = RecordMode::kStat, .window_size = num_passes_});
+    Recorder& recorder = demo_recorder.recorder();
     recorder.set_placement(work.placement());
     recorder.start();
 
@@ -231,17 +247,15 @@ class DemoCommand final : public Command {
         if (!topology.is_moe(layer)) continue;
         work.fill_topk(pass, layer, physical_ids, logical_ids);
         tally.add(pass, layer, batch.num_valid_tokens, topology.top_k, physical_ids, logical_ids);
-        const TensorView ids = TensorView::contiguous(physical_ids.data(), DType::kInt32,
-                                                      {batch.num_rows, topology.top_k});
-        const auto start = std::chrono::steady_clock::now();
-        recorder.record_topk(layer, ids, batch.num_valid_tokens);
-        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-        (batch.prefill ? prefill_seconds : decode_seconds) += took.count();
+        const double took = demo_recorder.record(layer, physical_ids, batch.num_rows,
+                                                 topology.top_k, batch.num_valid_tokens);
+        (batch.prefill ? prefill_seconds : decode_seconds) += took;
         (batch.prefill ? prefill_calls : decode_calls) += 1;
       }
       recorder.end_pass();
     }
     progress.finish();
+    demo_recorder.finish();
     recorder.stop();
     const Snapshot snapshot = recorder.snapshot();
 
@@ -257,16 +271,19 @@ class DemoCommand final : public Command {
       return calls == 0 ? std::string("-")
                         : fmt::format("{:.2f} us", 1e6 * seconds / double(calls));
     };
-    fmt::print("record_topk: {} per decode layer, {} per prefill layer ({} + {} calls)\n",
-               per_call(decode_seconds, decode_calls), per_call(prefill_seconds, prefill_calls),
-               decode_calls, prefill_calls);
+    fmt::print("record_topk on {}: {} per decode layer, {} per prefill layer ({} + {} calls{})\n",
+               demo_recorder.description(), per_call(decode_seconds, decode_calls),
+               per_call(prefill_seconds, prefill_calls), decode_calls, prefill_calls,
+               device_ == "cuda" ? "; host time to enqueue" : "");
 
     const std::string snapshot_json = io::snapshot_to_json(snapshot);
-    const std::string counts_json = io::logical_counts_to_json(io::logical_counts_of(snapshot));
-    const std::string placement_json = io::placement_to_json(work.placement());
     io::write_file_atomically(dir / "snapshot.json", snapshot_json);
-    io::write_file_atomically(dir / "logical_count.json", counts_json);
-    io::write_file_atomically(dir / "placement.json", placement_json);
+    // What SGLang's recorder dumps in stat mode (as .pt, and as its JSON statistics files),
+    // and its --init-expert-location placement.
+    const io::LogicalCounts counts = io::logical_counts_of(snapshot);
+    io::write_logical_counts(dir / "logical_count.pt", counts);
+    io::write_logical_counts(dir / "logical_count.json", counts);
+    io::write_placement(dir / "placement.json", work.placement());
 
     check_against_tally(snapshot, tally, work);
     fmt::print("check: snapshot equals independent tally ({} assignments)\n", tally.routed);
@@ -275,36 +292,67 @@ class DemoCommand final : public Command {
                   "check failed: {} does not read back as a snapshot",
                   (dir / "snapshot.json").string());
     check_read_back(snapshot, std::get<Snapshot>(read));
-    fmt::print("check: snapshot.json reads back equal\n");
+    MOESTAT_CHECK(io::read_logical_counts(dir / "logical_count.pt") == counts,
+                  "check failed: {} does not read back equal", (dir / "logical_count.pt").string());
+    fmt::print("check: snapshot.json and logical_count.pt read back equal\n");
 
-    // The report of the run: the recorded window against the identity placement and the
-    // workload's own (version 1) placement.
+    // Planning needs passes to plan on and later passes to judge the plans on.
+    std::optional<Placement> shown = work.placement();
+    const bool planned = snapshot.window_size() >= 2;
+    if (planned) {
+      const HeldOutResults held = plan_and_evaluate(snapshot, preset, work.placement());
+      io::write_placement(dir / "placement_deepseek.pt", held.deepseek);
+      io::write_placement(dir / "placement_moestat.pt", held.moestat);
+      io::write_placement(dir / "placement_moestat.json", held.moestat);
+      const plan::HotExpertMask& mask = held.layer_balanced_mask;
+      io::write_expert_mask(dir / "gpu_experts_masks.pt",
+                            io::ExpertMask{mask.num_layers, mask.num_experts, mask.on_gpu});
+      print_held_out(held);
+      shown = held.moestat;
+    } else {
+      fmt::print("plans: skipped (they need at least 2 passes: one to plan on, one to judge)\n");
+    }
+
+    // The report of the run: the identity placement against moestat's plan (or, without
+    // one, the placement the run was recorded under).
     const report::Recording recording = report::load_recording(dir / "snapshot.json");
-    const report::Options report_options{.num_gpus = topology.ep_size,
-                                         .placement = work.placement()};
+    const report::Options report_options{.num_gpus = topology.ep_size, .placement = shown};
     const std::string html = report::render_html(recording, report_options);
     io::write_file_atomically(dir / "report.html", html);
-    print_balancedness(report::balancedness(recording, report_options), topology.ep_size);
 
-    fmt::print("wrote: {} ({}), {} ({}), {} ({}), {} ({})\n", (dir / "snapshot.json").string(),
-               size_text(snapshot_json.size()), (dir / "logical_count.json").string(),
-               size_text(counts_json.size()), (dir / "placement.json").string(),
-               size_text(placement_json.size()), (dir / "report.html").string(),
-               size_text(html.size()));
+    fmt::print(
+        "wrote: {}/ snapshot.json ({}), logical_count.pt and .json (SGLang stat dump), "
+        "placement.json (recorded){}, report.html ({})\n",
+        dir.string(), size_text(snapshot_json.size()),
+        planned ? ", placement_deepseek.pt, placement_moestat.pt and .json "
+                  "(--init-expert-location), gpu_experts_masks.pt (layer-balanced)"
+                : "",
+        size_text(html.size()));
     return kExitOk;
   }
 
  private:
-  /// One line per placement, so planners' lines can join the list.
-  static void print_balancedness(const report::Balancedness& balancedness, std::int64_t gpus) {
-    fmt::print("balancedness over {} GPUs (mean over layers of mean / max GPU load):\n", gpus);
-    fmt::print("  identity placement:        {:.3f}\n", balancedness.identity);
-    if (balancedness.planned) {
-      fmt::print("  workload placement (v1):   {:.3f}\n", *balancedness.planned);
-    }
+  static void print_held_out(const HeldOutResults& held) {
+    fmt::print("plans: made on passes 0-{}, judged on passes {}-{} (held out); {} GPUs, {}\n",
+               held.plan_passes - 1, held.plan_passes, held.plan_passes + held.eval_passes - 1,
+               held.num_gpus, held.hierarchical ? "hierarchical" : "global");
+    fmt::print(
+        "balancedness on the held-out passes (mean over MoE layers of mean / max GPU "
+        "load):\n");
+    fmt::print("  recorded placement:          {:.3f}\n", held.recorded_balancedness);
+    fmt::print("  deepseek (EPLB, window sum): {:.3f}\n", held.deepseek_balancedness);
+    fmt::print("  moestat ({} scenarios):       {:.3f}\n", held.num_scenarios,
+               held.moestat_balancedness);
+    fmt::print(
+        "hot experts on the GPU ({}, a quarter of the MoE layers' experts, chosen on "
+        "the planning passes), held-out assignments served:\n",
+        held.layer_balanced_mask.budget);
+    fmt::print("  frequency (one global top-G): {:.1f}%\n", 100.0 * held.frequency_hit_rate);
+    fmt::print("  layer-balanced:               {:.1f}%\n", 100.0 * held.layer_balanced_hit_rate);
   }
 
   std::string out_dir_;
+  std::string device_ = "cpu";
   std::string preset_ = "deepseek-v3";
   std::uint64_t seed_ = 1;
   std::int64_t num_passes_ = 64;

@@ -19,30 +19,6 @@
 namespace moestat::cli {
 namespace {
 
-/// A window's non-empty passes merged into at most `max_groups` scenarios of consecutive
-/// passes, so a long window of single small passes becomes a few robust load matrices.
-std::vector<plan::ExpertLoads> window_scenarios(const plan::LoadWindow& window,
-                                                std::int64_t max_groups) {
-  std::vector<const plan::ExpertLoads*> loaded;
-  for (const plan::ExpertLoads& pass : window.passes) {
-    if (std::any_of(pass.values.begin(), pass.values.end(), [](double v) { return v > 0.0; })) {
-      loaded.push_back(&pass);
-    }
-  }
-  if (loaded.size() <= 1) return {window.total()};
-  const std::size_t groups = std::min(loaded.size(), std::size_t(max_groups));
-  std::vector<plan::ExpertLoads> out;
-  for (std::size_t g = 0; g < groups; ++g) {
-    plan::ExpertLoads sum = *loaded[g * loaded.size() / groups];
-    for (std::size_t i = g * loaded.size() / groups + 1; i < (g + 1) * loaded.size() / groups;
-         ++i) {
-      for (std::size_t k = 0; k < sum.values.size(); ++k) sum.values[k] += loaded[i]->values[k];
-    }
-    out.push_back(std::move(sum));
-  }
-  return out;
-}
-
 class PlanCommand final : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
@@ -110,7 +86,7 @@ class PlanCommand final : public Command {
       const plan::LoadWindow window = read_load_file(path);
       totals.push_back(window.total());
       if (stats_.size() == 1) {
-        scenarios = window_scenarios(window, max_scenarios_);
+        scenarios = plan::window_scenarios(window, max_scenarios_);
       } else {
         scenarios.push_back(totals.back());
       }
@@ -194,7 +170,7 @@ class PlanCommand final : public Command {
   std::string previous_;
   double target_ = 0.95;
   std::string objective_ = "expected";
-  std::int64_t max_scenarios_ = 8;
+  std::int64_t max_scenarios_ = 4;
   std::int64_t cross_node_ = 0;
   std::string out_;
 };

@@ -2,16 +2,23 @@
 
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
-#include <nlohmann/json.hpp>
+#include <moestat/io/statistics.hpp>
 
 namespace moestat::cli {
 namespace {
 
-/// torch .pt files are read and written by the io module of another branch; until it is
-/// merged, they are refused here with a clear message.
-void refuse_torch_files(const std::filesystem::path& path) {
-  MOESTAT_CHECK(path.extension() != ".pt",
-                "{}: .pt files are not supported in this build; use a .json file", path.string());
+/// Logical counts of any format as load matrices, one per pass of the window.
+plan::LoadWindow load_window_of(const io::LogicalCounts& counts) {
+  plan::LoadWindow window;
+  window.has_window_axis = counts.has_window_axis;
+  const std::int64_t size = counts.num_layers * counts.num_experts;
+  for (std::int64_t pass = 0; pass < counts.window_size; ++pass) {
+    plan::ExpertLoads loads{counts.num_layers, counts.num_experts, {}};
+    loads.values.assign(counts.counts.begin() + pass * size,
+                        counts.counts.begin() + (pass + 1) * size);
+    window.passes.push_back(std::move(loads));
+  }
+  return window;
 }
 
 /// Runs `body`, prefixing any moestat::Error with the path (unless it already names it).
@@ -28,32 +35,24 @@ auto naming_path(const std::filesystem::path& path, Body&& body) {
 }  // namespace
 
 plan::LoadWindow read_load_file(const std::filesystem::path& path) {
-  refuse_torch_files(path);
+  // JSON through the planners' own reader, which also takes fiddler's expert_popularity;
+  // .pt and .safetensors through the io module.
+  if (io::detect_file_format(path) != io::FileFormat::kJson) {
+    return load_window_of(io::read_logical_counts(path));
+  }
   return naming_path(path, [&] { return plan::load_window_from_json(io::read_text_file(path)); });
 }
 
 Placement read_placement_file(const std::filesystem::path& path, std::int64_t num_logical_experts) {
-  refuse_torch_files(path);
-  return naming_path(
-      path, [&] { return io::placement_from_json(io::read_text_file(path), num_logical_experts); });
+  return naming_path(path, [&] { return io::read_placement(path, num_logical_experts); });
 }
 
 void write_placement_file(const std::filesystem::path& path, const Placement& placement) {
-  refuse_torch_files(path);
-  io::write_file_atomically(path, io::placement_to_json(placement));
+  io::write_placement(path, placement);
 }
 
 void write_mask_file(const std::filesystem::path& path, const plan::HotExpertMask& mask) {
-  refuse_torch_files(path);
-  nlohmann::json rows = nlohmann::json::array();
-  for (std::int64_t l = 0; l < mask.num_layers; ++l) {
-    std::vector<bool> row;
-    for (std::int64_t e = 0; e < mask.num_experts; ++e) {
-      row.push_back(mask.on_gpu[std::size_t(l * mask.num_experts + e)] != 0);
-    }
-    rows.push_back(row);
-  }
-  io::write_file_atomically(path, nlohmann::json{{"gpu_experts_mask", rows}}.dump() + "\n");
+  io::write_expert_mask(path, io::ExpertMask{mask.num_layers, mask.num_experts, mask.on_gpu});
 }
 
 }  // namespace moestat::cli

@@ -44,6 +44,13 @@ struct LoadWindow {
 /// non-numeric entry) otherwise.
 LoadWindow load_window_from_json(std::string_view text);
 
+/// The window's non-empty passes merged into at most `max_groups` scenarios of consecutive
+/// passes, each holding about an equal share of the window's assignments (a pass larger
+/// than a share stays whole), so a window of a few large and many small passes becomes a
+/// few robust load matrices for plan_moestat. A window with at most one loaded pass gives
+/// its total.
+std::vector<ExpertLoads> window_scenarios(const LoadWindow& window, std::int64_t max_groups);
+
 /// Each matrix scaled so that every loaded layer sums to 1, then summed: the equal-weight
 /// sum of scenarios whose token totals differ.
 ExpertLoads equal_weight_sum(std::span<const ExpertLoads> scenarios);

@@ -1,0 +1,72 @@
+#include "demo_plan.hpp"
+
+#include <moestat/error.hpp>
+#include <moestat/plan/eplb.hpp>
+#include <moestat/plan/metrics.hpp>
+
+namespace moestat::cli {
+namespace {
+
+/// Logical counts of passes [first, last) of the window, one load matrix per pass.
+plan::LoadWindow window_of(const Snapshot& snapshot, std::int64_t first, std::int64_t last) {
+  plan::LoadWindow window;
+  window.has_window_axis = true;
+  const std::int64_t size = snapshot.num_layers * snapshot.num_logical_experts;
+  for (std::int64_t pass = first; pass < last; ++pass) {
+    plan::ExpertLoads loads{snapshot.num_layers, snapshot.num_logical_experts, {}};
+    loads.values.assign(snapshot.logical_counts.begin() + pass * size,
+                        snapshot.logical_counts.begin() + (pass + 1) * size);
+    window.passes.push_back(std::move(loads));
+  }
+  return window;
+}
+
+}  // namespace
+
+HeldOutResults plan_and_evaluate(const Snapshot& snapshot, const workload::Preset& preset,
+                                 const Placement& recorded_placement) {
+  const std::int64_t passes = snapshot.window_size();
+  MOESTAT_CHECK(passes >= 2,
+                "planning needs at least 2 recorded passes (one to plan on, one to "
+                "judge the plans on), got {}",
+                passes);
+  const std::int64_t plan_passes = passes / 2;
+  const plan::EplbConfig config{.num_replicas = preset.topology.num_physical_experts,
+                                .num_groups = preset.expert_groups,
+                                .num_nodes = preset.nodes,
+                                .num_gpus = preset.topology.ep_size};
+  const plan::LoadWindow planning = window_of(snapshot, 0, plan_passes);
+  const plan::ExpertLoads planning_total = planning.total();
+  const plan::ExpertLoads held_out = window_of(snapshot, plan_passes, passes).total();
+
+  // As SGLang rebalances: the reference on the window's sum; moestat with the window's
+  // passes grouped into scenarios of future traffic (as `moestat plan` does).
+  constexpr std::int64_t kMaxScenarios = 4;
+  const std::vector<plan::ExpertLoads> scenarios = plan::window_scenarios(planning, kMaxScenarios);
+  HeldOutResults out{plan::plan_deepseek(planning_total, config),
+                     plan::plan_moestat(scenarios, config)};
+  out.plan_passes = plan_passes;
+  out.eval_passes = passes - plan_passes;
+  out.num_gpus = config.num_gpus;
+  out.hierarchical = config.hierarchical();
+  out.num_scenarios = std::int64_t(scenarios.size());
+
+  out.recorded_balancedness =
+      plan::evaluate_placement(held_out, recorded_placement, out.num_gpus).balancedness;
+  out.deepseek_balancedness =
+      plan::evaluate_placement(held_out, out.deepseek, out.num_gpus).balancedness;
+  out.moestat_balancedness =
+      plan::evaluate_placement(held_out, out.moestat, out.num_gpus).balancedness;
+
+  constexpr double kGpuShare = 0.25;
+  const std::int64_t budget = plan::hot_expert_budget_ratio(planning_total, kGpuShare);
+  out.frequency_mask = plan::choose_hot_experts(planning_total, budget,
+                                                {.strategy = plan::HotExpertStrategy::kFrequency});
+  out.layer_balanced_mask = plan::choose_hot_experts(
+      planning_total, budget, {.strategy = plan::HotExpertStrategy::kLayerBalanced});
+  out.frequency_hit_rate = plan::hot_expert_hit_rate(held_out, out.frequency_mask.on_gpu);
+  out.layer_balanced_hit_rate = plan::hot_expert_hit_rate(held_out, out.layer_balanced_mask.on_gpu);
+  return out;
+}
+
+}  // namespace moestat::cli
