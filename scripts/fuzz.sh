@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of the readers with clang (build-fuzz/), writes their seed
 # corpora with moestat's own writers, and fuzzes each target in turn.
-#   scripts/fuzz.sh                      a smoke run: 20000 inputs per target (CI)
+#   scripts/fuzz.sh                      a smoke run: 20000 inputs (at most 30 s) per target
 #   scripts/fuzz.sh -max_total_time=600  ten minutes per target; any libFuzzer flags
+#   FUZZ_TARGETS="pt json" scripts/fuzz.sh    only these targets (pt safetensors json trace)
 # Corpora grow in build-fuzz/corpus/<target>; a crash leaves its input in build-fuzz/ and
 # fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=("$@")
-if ((${#flags[@]} == 0)); then flags=(-runs=20000); fi
+if ((${#flags[@]} == 0)); then flags=(-runs=20000 -max_total_time=30); fi
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMOESTAT_BUILD_FUZZERS=ON -DMOESTAT_ENABLE_CUDA=OFF -DMOESTAT_BUILD_TESTS=OFF \
@@ -21,7 +22,7 @@ rm -rf "$seeds"
 build-fuzz/tests/fuzz/make_fuzz_seeds "$seeds"
 cp tests/io/fixtures/*.pt "$seeds/pt/"
 
-for target in pt safetensors json trace; do
+for target in ${FUZZ_TARGETS:-pt safetensors json trace}; do
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"
   echo "fuzz: $target ${flags[*]}"
