@@ -427,6 +427,10 @@ TEST(CliDemo, DeterministicPerSeed) {
   }
 }
 
+std::int64_t s_layers(const std::filesystem::path& out) {
+  return io::snapshot_from_json(read_file(out / "snapshot.json")).num_layers;
+}
+
 TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
   ScratchDir dir;
   for (const char* preset : {"deepseek-v3", "mixtral-8x7b", "qwen3-moe"}) {
@@ -437,8 +441,19 @@ TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
     ASSERT_EQ(run.code, 0) << run.out << run.err;
     EXPECT_TRUE(run.out.starts_with(fmt::format("workload: {}, ", preset))) << run.out;
     EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally")) << run.out;
-    EXPECT_TRUE(has_line(run.out, "  identity placement:", ".")) << run.out;
-    EXPECT_TRUE(has_line(run.out, "  workload placement (v1):", ".")) << run.out;
+    // Both planners judged on the passes they did not see, next to each other.
+    EXPECT_TRUE(has_line(run.out, "  recorded placement:", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  deepseek (EPLB, window sum):", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  moestat (", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  layer-balanced:", "%")) << run.out;
+    // SGLang's files: the stat dump holds the snapshot's window; the placements load.
+    EXPECT_EQ(io::read_logical_counts(out / "logical_count.pt"),
+              io::logical_counts_from_json(read_file(out / "logical_count.json")));
+    for (const char* plan : {"placement_deepseek.pt", "placement_moestat.pt"}) {
+      const Placement placement = io::read_placement(out / plan);
+      EXPECT_EQ(placement.num_layers(), s_layers(out));
+    }
+    EXPECT_EQ(io::read_expert_mask(out / "gpu_experts_masks.pt").num_layers, s_layers(out));
     // Not a terminal: no progress bar in the output.
     EXPECT_FALSE(contains(run.out, "\r")) << run.out;
     const std::string html = read_file(out / "report.html");

@@ -333,22 +333,27 @@ class DemoCommand final : public Command {
 
  private:
   static void print_held_out(const HeldOutResults& held) {
+    // Labels padded to one column, so the figures line up.
+    const auto line = [](const std::string& label, const std::string& value) {
+      fmt::print("  {:<30}{}\n", label + ":", value);
+    };
     fmt::print("plans: made on passes 0-{}, judged on passes {}-{} (held out); {} GPUs, {}\n",
                held.plan_passes - 1, held.plan_passes, held.plan_passes + held.eval_passes - 1,
                held.num_gpus, held.hierarchical ? "hierarchical" : "global");
     fmt::print(
         "balancedness on the held-out passes (mean over MoE layers of mean / max GPU "
         "load):\n");
-    fmt::print("  recorded placement:          {:.3f}\n", held.recorded_balancedness);
-    fmt::print("  deepseek (EPLB, window sum): {:.3f}\n", held.deepseek_balancedness);
-    fmt::print("  moestat ({} scenarios):       {:.3f}\n", held.num_scenarios,
-               held.moestat_balancedness);
+    line("recorded placement", fmt::format("{:.3f}", held.recorded_balancedness));
+    line("deepseek (EPLB, window sum)", fmt::format("{:.3f}", held.deepseek_balancedness));
+    line(fmt::format("moestat ({} scenario{})", held.num_scenarios,
+                     held.num_scenarios == 1 ? "" : "s"),
+         fmt::format("{:.3f}", held.moestat_balancedness));
     fmt::print(
-        "hot experts on the GPU ({}, a quarter of the MoE layers' experts, chosen on "
-        "the planning passes), held-out assignments served:\n",
+        "hot experts on the GPU ({}, a quarter of the MoE layers' experts, chosen on the "
+        "planning passes), held-out assignments served:\n",
         held.layer_balanced_mask.budget);
-    fmt::print("  frequency (one global top-G): {:.1f}%\n", 100.0 * held.frequency_hit_rate);
-    fmt::print("  layer-balanced:               {:.1f}%\n", 100.0 * held.layer_balanced_hit_rate);
+    line("frequency (one global top-G)", fmt::format("{:.1f}%", 100.0 * held.frequency_hit_rate));
+    line("layer-balanced", fmt::format("{:.1f}%", 100.0 * held.layer_balanced_hit_rate));
   }
 
   std::string out_dir_;
