@@ -341,7 +341,7 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
   const CliRun run = run_cli("demo --out " + quoted(dir.path() / "out"));
   ASSERT_EQ(run.code, 0) << run.out << run.err;
   EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally (")) << run.out;
-  EXPECT_TRUE(contains(run.out, "check: snapshot.json reads back equal"));
+  EXPECT_TRUE(contains(run.out, "check: snapshot.json and logical_count.pt read back equal"));
 
   const std::int64_t tokens = number_between(run.out, "\ntokens: ", " valid");
   const std::int64_t routed = number_between(run.out, "\nids: ", " routed");
