@@ -38,7 +38,9 @@ class HotExpertsCommand final : public Command {
         ->check(CLI::Range(0.0, 1.0));
     budget->require_option(1);
     sub->add_option("--seed", seed_, "Seed of the random strategy")->capture_default_str();
-    sub->add_option("--out", out_, "Output mask by extension: .json {\"gpu_experts_masks\": [L][E]}, .pt a bool tensor [L, E] (KTransformers), .safetensors")
+    sub->add_option("--out", out_,
+                    "Output mask by extension: .json {\"gpu_experts_masks\": [L][E]}, .pt a bool "
+                    "tensor [L, E] (KTransformers), .safetensors")
         ->required();
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
     sub->footer(
