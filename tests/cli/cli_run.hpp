@@ -26,6 +26,7 @@ inline std::string read_whole_file(const std::filesystem::path& path) {
 /// Runs the CLI with `args` (shell syntax), capturing stdout, stderr and the exit code.
 inline CliRun run_cli(const std::string& args) {
   ScratchDir dir;
+  // NOTE: fmt rather than string concatenation, which trips GCC 12's -Wrestrict.
   const std::string command =
       fmt::format("'{}' {} >'{}' 2>'{}'", MOESTAT_CLI_PATH, args, (dir.path() / "out").string(),
                   (dir.path() / "err").string());

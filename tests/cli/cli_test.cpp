@@ -15,41 +15,19 @@
 #include <numeric>
 #include <string>
 
+#include "cli/cli_run.hpp"
 #include "io/test_support.hpp"
 
 namespace moestat {
 namespace {
 
+using test::CliRun;
+using test::quoted;
+using test::read_whole_file;
+using test::run_cli;
 using test::ScratchDir;
 
 // ---- Naive references ----
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// Runs the CLI with `args` (shell syntax), capturing stdout, stderr and the exit code.
-CliRun run_cli(const std::string& args) {
-  ScratchDir dir;
-  // NOTE: fmt rather than string concatenation, which trips GCC 12's -Wrestrict.
-  const std::string command =
-      fmt::format("'{}' {} >'{}' 2>'{}'", MOESTAT_CLI_PATH, args, (dir.path() / "out").string(),
-                  (dir.path() / "err").string());
-  const int status = std::system(command.c_str());
-  CliRun run;
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.out = read_file(dir.path() / "out");
-  run.err = read_file(dir.path() / "err");
-  return run;
-}
-
-std::string quoted(const std::filesystem::path& path) { return fmt::format("'{}'", path.string()); }
 
 bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
@@ -352,7 +330,7 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
   EXPECT_GT(minus_ones, 0);
   EXPECT_GT(dropped, 0);
 
-  const Snapshot s = io::snapshot_from_json(read_file(dir.path() / "out" / "snapshot.json"));
+  const Snapshot s = io::snapshot_from_json(read_whole_file(dir.path() / "out" / "snapshot.json"));
   const std::int64_t top_k = s.top_k;
   EXPECT_EQ(s.num_passes, 64);
   EXPECT_EQ(s.window_size(), 64);
@@ -384,7 +362,7 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
 
   // Physical counts mapped through placement.json give the logical counts, pass by pass.
   const Placement placement =
-      io::placement_from_json(read_file(dir.path() / "out" / "placement.json"));
+      io::placement_from_json(read_whole_file(dir.path() / "out" / "placement.json"));
   ASSERT_EQ(placement.num_physical_experts(), s.num_physical_experts);
   for (std::int64_t pass = 0; pass < s.window_size(); ++pass) {
     std::vector<std::int64_t> logical(std::size_t(s.num_layers * s.num_logical_experts), 0);
@@ -401,7 +379,7 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
 
   // The SGLang-style file holds the same window.
   const io::LogicalCounts counts =
-      io::logical_counts_from_json(read_file(dir.path() / "out" / "logical_count.json"));
+      io::logical_counts_from_json(read_whole_file(dir.path() / "out" / "logical_count.json"));
   EXPECT_TRUE(counts.has_window_axis);
   EXPECT_EQ(counts.counts, s.logical_counts);
 
@@ -420,15 +398,15 @@ TEST(CliDemo, DeterministicPerSeed) {
   }
   for (const char* file : {"snapshot.json", "logical_count.json", "placement.json"}) {
     SCOPED_TRACE(file);
-    const std::string a = read_file(dir.path() / "a" / file);
+    const std::string a = read_whole_file(dir.path() / "a" / file);
     EXPECT_FALSE(a.empty());
-    EXPECT_EQ(a, read_file(dir.path() / "b" / file));
-    EXPECT_NE(a, read_file(dir.path() / "c" / file));
+    EXPECT_EQ(a, read_whole_file(dir.path() / "b" / file));
+    EXPECT_NE(a, read_whole_file(dir.path() / "c" / file));
   }
 }
 
 std::int64_t s_layers(const std::filesystem::path& out) {
-  return io::snapshot_from_json(read_file(out / "snapshot.json")).num_layers;
+  return io::snapshot_from_json(read_whole_file(out / "snapshot.json")).num_layers;
 }
 
 TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
@@ -448,7 +426,7 @@ TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
     EXPECT_TRUE(has_line(run.out, "  layer-balanced:", "%")) << run.out;
     // SGLang's files: the stat dump holds the snapshot's window; the placements load.
     EXPECT_EQ(io::read_logical_counts(out / "logical_count.pt"),
-              io::logical_counts_from_json(read_file(out / "logical_count.json")));
+              io::logical_counts_from_json(read_whole_file(out / "logical_count.json")));
     for (const char* plan : {"placement_deepseek.pt", "placement_moestat.pt"}) {
       const Placement placement = io::read_placement(out / plan);
       EXPECT_EQ(placement.num_layers(), s_layers(out));
@@ -456,9 +434,9 @@ TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
     EXPECT_EQ(io::read_expert_mask(out / "gpu_experts_masks.pt").num_layers, s_layers(out));
     // Not a terminal: no progress bar in the output.
     EXPECT_FALSE(contains(run.out, "\r")) << run.out;
-    const std::string html = read_file(out / "report.html");
+    const std::string html = read_whole_file(out / "report.html");
     EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
-    const Snapshot s = io::snapshot_from_json(read_file(out / "snapshot.json"));
+    const Snapshot s = io::snapshot_from_json(read_whole_file(out / "snapshot.json"));
     const auto cells = std::size_t(s.num_layers * s.num_logical_experts);
     std::size_t found = 0;
     for (auto at = html.find("class=\"cell\""); at != std::string::npos;
@@ -479,8 +457,8 @@ TEST(CliReport, WritesHtmlPngAndPrometheus) {
                   quoted(dir.path() / "logical_count.json"), quoted(dir.path() / "placement.json"),
                   quoted(dir.path() / "r.html"), quoted(dir.path() / "r.png")));
   ASSERT_EQ(run.code, 0) << run.err;
-  EXPECT_TRUE(read_file(dir.path() / "r.html").starts_with("<!DOCTYPE html>"));
-  EXPECT_TRUE(read_file(dir.path() / "r.png").starts_with("\x89PNG\r\n"));
+  EXPECT_TRUE(read_whole_file(dir.path() / "r.html").starts_with("<!DOCTYPE html>"));
+  EXPECT_TRUE(read_whole_file(dir.path() / "r.png").starts_with("\x89PNG\r\n"));
   EXPECT_TRUE(contains(run.out, "# TYPE moestat_expert_load gauge\n"));
   EXPECT_TRUE(contains(run.out, "moestat_layer_balancedness{layer=\"31\",placement=\"planned\"} "));
   EXPECT_TRUE(contains(run.out, "moestat_expert_load{layer=\"0\",expert=\"7\"} "));
