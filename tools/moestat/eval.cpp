@@ -17,11 +17,10 @@ class EvalCommand final : public Command {
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* sub =
         app.add_subcommand("eval", "Measure how well a placement balances recorded loads");
-    sub->add_option("--stats", stats_,
-                    "Load file: JSON with logical_count [L][E] or [W][L][E] (summed over the "
-                    "window) or expert_popularity [L][E]")
+    sub->add_option("--stats", stats_, std::string(kStatsFileHelp) + " (a window is summed)")
         ->required();
-    sub->add_option("--placement", placement_, "Placement file: physical_to_logical_map [L][P]")
+    sub->add_option("--placement", placement_,
+                    "Placement file (.json, .pt or .safetensors): physical_to_logical_map [L][P]")
         ->required();
     sub->add_option("--gpus", num_gpus_, "GPUs: slot p lives on GPU p / (P / gpus)")
         ->required()

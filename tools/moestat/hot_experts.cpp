@@ -21,9 +21,7 @@ class HotExpertsCommand final : public Command {
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* sub = app.add_subcommand(
         "hot-experts", "Choose the experts of each layer to keep on the GPU (hybrid inference)");
-    sub->add_option("--stats", stats_,
-                    "Load file: JSON with logical_count [L][E] or [W][L][E] (summed over the "
-                    "window) or expert_popularity [L][E]")
+    sub->add_option("--stats", stats_, std::string(kStatsFileHelp) + " (a window is summed)")
         ->required();
     sub->add_option("--strategy", strategy_,
                     "uniform, front-loading, random, frequency (KTransformers: one global "

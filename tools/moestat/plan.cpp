@@ -25,8 +25,7 @@ class PlanCommand final : public Command {
     CLI::App* sub = app.add_subcommand(
         "plan", "Plan an expert placement (physical_to_logical_map) from recorded loads");
     sub->add_option("--stats", stats_,
-                    "Load file(s): JSON with logical_count [L][E] or [W][L][E] (SGLang, moestat "
-                    "snapshots) or expert_popularity [L][E]; repeat for several workloads")
+                    std::string(kStatsFileHelp) + "; repeat for several workloads")
         ->required();
     sub->add_option("--algorithm", algorithm_, "deepseek (eplb.py, exactly) or moestat")
         ->check(CLI::IsMember({"deepseek", "moestat"}))
@@ -64,7 +63,8 @@ class PlanCommand final : public Command {
                     "group's node (reports the share of assignments they serve)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    sub->add_option("--out", out_, "Output placement (JSON)")->required();
+    sub->add_option("--out", out_, "Output placement: .json or .pt (--init-expert-location)")
+        ->required();
     sub->footer(
         "The output is exactly {\"physical_to_logical_map\": [L][P]} for SGLang's\n"
         "--init-expert-location. moestat takes every --stats file (or, for one file with a\n"

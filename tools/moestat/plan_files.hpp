@@ -9,6 +9,11 @@
 
 namespace moestat::cli {
 
+/// What --stats of plan, eval and hot-experts takes (read_load_file).
+inline constexpr const char* kStatsFileHelp =
+    "Load file: JSON with logical_count [L][E] or [W][L][E] (SGLang, moestat snapshots) or "
+    "expert_popularity [L][E]; an SGLang .pt dump; .safetensors with a logical_count tensor";
+
 /// Load matrices of a --stats file: JSON with `logical_count` [L][E] or [W][L][E] (SGLang's
 /// files, moestat snapshots) or `expert_popularity` [L][E]; or an SGLang `.pt` dump or a
 /// `.safetensors` file (io::read_logical_counts). Errors name the path.
