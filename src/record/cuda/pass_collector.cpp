@@ -26,7 +26,12 @@ DeviceState read_state(const DeviceState* device, cudaStream_t stream) {
 
 PassCollector::PassCollector(const DeviceBuffers& buffers, int device,
                              std::chrono::microseconds interval)
-    : buffers_(buffers), device_(device), interval_(interval) {
+    : buffers_(buffers),
+      device_(device),
+      interval_(interval),
+      slot_pass_ids_(static_cast<std::size_t>(buffers.num_slots)),
+      slot_num_tokens_(static_cast<std::size_t>(buffers.num_slots)),
+      slot_versions_(static_cast<std::size_t>(buffers.num_slots)) {
   MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (interval_.count() > 0) thread_ = std::thread([this] { run(); });
 }
@@ -77,20 +82,18 @@ void PassCollector::collect_locked() {
     }
     // Slots of passes [first, cursor), in at most two contiguous runs of the ring.
     const long long first = std::max(collected_until_, before.cursor - window);
-    std::vector<std::int32_t> counts(std::size_t((before.cursor - first) * pass_size));
-    std::vector<long long> pass_ids(std::size_t(buffers_.num_slots));
-    std::vector<long long> num_tokens(std::size_t(buffers_.num_slots));
-    std::vector<unsigned long long> versions(std::size_t(buffers_.num_slots));
+    ring_counts_.resize(std::size_t((before.cursor - first) * pass_size));
     for (long long pass = first; pass < before.cursor;) {
       const long long slot = pass % buffers_.num_slots;
       const long long run = std::min(before.cursor - pass, buffers_.num_slots - slot);
-      copy_from_device(counts.data() + (pass - first) * pass_size,
+      copy_from_device(ring_counts_.data() + (pass - first) * pass_size,
                        buffers_.window + slot * pass_size, run * pass_size, stream_);
       pass += run;
     }
-    copy_from_device(pass_ids.data(), buffers_.slot_pass_ids, buffers_.num_slots, stream_);
-    copy_from_device(num_tokens.data(), buffers_.slot_num_tokens, buffers_.num_slots, stream_);
-    copy_from_device(versions.data(), buffers_.slot_versions, buffers_.num_slots, stream_);
+    copy_from_device(slot_pass_ids_.data(), buffers_.slot_pass_ids, buffers_.num_slots, stream_);
+    copy_from_device(slot_num_tokens_.data(), buffers_.slot_num_tokens, buffers_.num_slots,
+                     stream_);
+    copy_from_device(slot_versions_.data(), buffers_.slot_versions, buffers_.num_slots, stream_);
     const DeviceState after = read_state(buffers_.state, stream_);
     if (after.applied_epoch != before.applied_epoch) continue;  // the next attempt resets
 
@@ -99,10 +102,10 @@ void PassCollector::collect_locked() {
     const long long intact_from = std::max(first, after.cursor - window);
     for (long long pass = intact_from; pass < before.cursor; ++pass) {
       const auto slot = std::size_t(pass % buffers_.num_slots);
-      passes_.pass_ids.push_back(pass_ids[slot]);
-      passes_.pass_num_tokens.push_back(num_tokens[slot]);
-      passes_.placement_versions.push_back(versions[slot]);
-      const std::int32_t* in = counts.data() + (pass - first) * pass_size;
+      passes_.pass_ids.push_back(slot_pass_ids_[slot]);
+      passes_.pass_num_tokens.push_back(slot_num_tokens_[slot]);
+      passes_.placement_versions.push_back(slot_versions_[slot]);
+      const std::int32_t* in = ring_counts_.data() + (pass - first) * pass_size;
       passes_.physical_counts.insert(passes_.physical_counts.end(), in, in + pass_size);
     }
     passes_.dropped_passes += intact_from - collected_until_;

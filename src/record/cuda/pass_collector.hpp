@@ -56,6 +56,11 @@ class PassCollector {
   std::chrono::microseconds interval_;
   cudaStream_t stream_ = nullptr;
   long long collected_until_ = 0;  ///< Device cursor up to which passes are collected.
+  // Host copies of the ring, kept between collections so a collection does not allocate.
+  std::vector<std::int32_t> ring_counts_;          ///< the slots of new passes, in pass order
+  std::vector<long long> slot_pass_ids_;           ///< [num_slots]
+  std::vector<long long> slot_num_tokens_;         ///< [num_slots]
+  std::vector<unsigned long long> slot_versions_;  ///< [num_slots]
 
   std::mutex mutex_;
   CollectedPasses passes_;
