@@ -88,13 +88,25 @@ TEST(Cli, UsageErrorsExitTwo) {
   ScratchDir dir;  // where a wrongly accepted demo would write, so nothing lands elsewhere
   const std::string out = "--out " + quoted(dir.path() / "x");
   for (const std::string& args :
-       {std::string("frobnicate"), std::string(""), std::string("--bogus"), std::string("inspect"),
-        std::string("inspect a.json --bogus"), std::string("inspect a.json --top 0"),
-        std::string("demo"), "demo --passes 0 " + out, "demo --passes 1001 " + out,
-        "demo --passes many " + out, "demo --seed -1 " + out, "demo --preset gpt-5 " + out,
-        std::string("convert"), std::string("convert a.json"),
-        std::string("convert a.json b.pt c.pt"), std::string("report"),
-        std::string("report a.json"), std::string("report a.json --gpus 0 --prometheus"),
+       {std::string("frobnicate"),
+        std::string(""),
+        std::string("--bogus"),
+        std::string("inspect"),
+        std::string("inspect a.json --bogus"),
+        std::string("inspect a.json --top 0"),
+        std::string("demo"),
+        "demo --passes 0 " + out,
+        "demo --passes 1001 " + out,
+        "demo --passes many " + out,
+        "demo --seed -1 " + out,
+        "demo --preset gpt-5 " + out,
+        "demo --device tpu " + out,
+        std::string("convert"),
+        std::string("convert a.json"),
+        std::string("convert a.json b.pt c.pt"),
+        std::string("report"),
+        std::string("report a.json"),
+        std::string("report a.json --gpus 0 --prometheus"),
         "report a.json --bogus --html " + quoted(dir.path() / "r.html")}) {
     SCOPED_TRACE(args);
     const CliRun run = run_cli(args);
@@ -407,6 +419,22 @@ TEST(CliDemo, DeterministicPerSeed) {
 
 std::int64_t s_layers(const std::filesystem::path& out) {
   return io::snapshot_from_json(read_whole_file(out / "snapshot.json")).num_layers;
+}
+
+TEST(CliDemo, CudaDeviceRecordsOrSaysWhatIsMissing) {
+  // On a GPU machine the CUDA recorder's snapshot must pass the demo's tally check; without
+  // a GPU (or without nvcc at build time) the demo must say which is missing and exit 1.
+  ScratchDir dir;
+  const CliRun run =
+      run_cli("demo --device cuda --preset mixtral-8x7b --passes 4 --out " + quoted(dir.path()));
+  if (run.code == 0) {
+    EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally")) << run.out;
+    EXPECT_TRUE(contains(run.out, "record_topk on ")) << run.out;
+  } else {
+    EXPECT_EQ(run.code, 1) << run.out << run.err;
+    EXPECT_TRUE(contains(run.err, "--device cuda: ")) << run.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "snapshot.json"));
+  }
 }
 
 TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
