@@ -9,25 +9,62 @@
 namespace moestat::plan::detail {
 namespace {
 
-/// Restores a binary heap (`before(a, b)`: a belongs above b) below position `i` after the
-/// key of heap[i] moved away from the top. One sift-down instead of a pop and a push.
-template <typename T, typename Before>
-void sift_down(std::vector<T>& heap, std::size_t i, Before before) {
-  const std::size_t n = heap.size();
-  const T value = heap[i];
+// Heaps hold 64-bit keys that compare as the reference's (value, index) tuples do: the
+// value's float bits on top (non-negative floats order as their bits), the index below. One
+// integer compare per step, no indirection, and the child choice compiles to a select.
+
+/// Restores the heap heap[0, n) below position `i` (`above(a, b)`: a belongs above b).
+/// heap[n] must hold a key that no real key is below (the child choice reads it).
+template <typename Above>
+void sift_down(std::uint64_t* heap, std::size_t n, std::size_t i, Above above) {
+  const std::uint64_t value = heap[i];
   for (std::size_t child = 2 * i + 1; child < n; child = 2 * i + 1) {
-    if (child + 1 < n && before(heap[child + 1], heap[child])) ++child;
-    if (!before(heap[child], value)) break;
+    child += std::size_t(above(heap[child + 1], heap[child]));
+    if (!above(heap[child], value)) break;
     heap[i] = heap[child];
     i = child;
   }
   heap[i] = value;
 }
 
+std::uint64_t pack_key(float load, std::int32_t pack) {
+  return std::uint64_t(std::bit_cast<std::uint32_t>(load)) << 32 | std::uint32_t(pack);
+}
+
+/// Orders the items of balanced_packing heaviest first, as PyTorch's sort leaves them.
+///
+/// NOTE: PyTorch's CPU sort is std::sort on (value, index) pairs with a value-only
+/// comparison, so equal values land in the order libstdc++'s introsort leaves them. Ties
+/// matter only between items of different `identity` (the output names identities, not
+/// items): when there are none, a stable radix order gives the same plan; otherwise the
+/// introsort itself runs. An empty `identity` makes every item distinct.
+void order_heaviest_first(std::span<const float> weight, std::span<const std::int32_t> identity,
+                          DeepseekScratch& s) {
+  const auto num_items = std::int32_t(weight.size());
+  s.sorted.resize(weight.size());
+  for (std::int32_t i = 0; i < num_items; ++i) {
+    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
+  }
+  radix_sort_descending(s.sorted, s.sort_spare);
+  bool distinct_ties = false;
+  for (std::size_t i = 1; i < s.sorted.size() && !distinct_ties; ++i) {
+    const KeyedItem &a = s.sorted[i - 1], &b = s.sorted[i];
+    distinct_ties = a.key == b.key && (identity.empty() || identity[std::size_t(a.item)] !=
+                                                               identity[std::size_t(b.item)]);
+  }
+  if (!distinct_ties) return;
+  for (std::int32_t i = 0; i < num_items; ++i) {
+    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
+  }
+  std::sort(s.sorted.begin(), s.sorted.end(),
+            [](const KeyedItem& a, const KeyedItem& b) { return a.key > b.key; });
+}
+
 /// eplb.py's balanced_packing: items heaviest first (PyTorch's sort order, ties included),
 /// each into the lightest pack with room (lowest index among equals); every pack gets
 /// n / num_packs items. Writes each item's pack and its rank (arrival order) in the pack.
-void balanced_packing(std::span<const float> weight, std::int32_t num_packs, DeepseekScratch& s) {
+void balanced_packing(std::span<const float> weight, std::span<const std::int32_t> identity,
+                      std::int32_t num_packs, DeepseekScratch& s) {
   const auto num_items = std::int32_t(weight.size());
   const std::int32_t capacity = num_items / num_packs;
   s.pack_of.resize(weight.size());
@@ -37,36 +74,26 @@ void balanced_packing(std::span<const float> weight, std::int32_t num_packs, Dee
     std::fill(s.rank_in_pack.begin(), s.rank_in_pack.end(), 0);
     return;
   }
-  // NOTE: std::sort on (value, index) pairs with a value-only comparison is what PyTorch's
-  // CPU sort runs; equal values then land in the order libstdc++'s introsort leaves them.
-  // The values are non-negative floats (never -0, never NaN), whose bit patterns order as
-  // unsigned integers exactly as the floats do: every comparison, hence the permutation,
-  // is the same, without the floating-point compares.
-  s.sorted.resize(weight.size());
-  for (std::int32_t i = 0; i < num_items; ++i) {
-    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
-  }
-  std::sort(s.sorted.begin(), s.sorted.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
+  order_heaviest_first(weight, identity, s);
 
   s.pack_items.assign(std::size_t(num_packs), 0);
-  // Min-heap of (load, pack index), compared as pairs: the top is Python's min() over packs
-  // with room (the lowest index among equal loads). All loads start at 0, so packs in index
-  // order already form the heap.
-  s.pack_heap.resize(std::size_t(num_packs));
-  for (std::int32_t p = 0; p < num_packs; ++p) s.pack_heap[std::size_t(p)] = {0.0F, p};
-  const auto lighter = [](const auto& a, const auto& b) { return a < b; };
+  // Min-heap of (load, pack): the top is Python's min() over packs with room (the lowest
+  // index among equal loads). A full pack's key becomes kFull and sinks; all loads start
+  // at 0, so packs in index order already form the heap.
+  constexpr std::uint64_t kFull = ~std::uint64_t{0};
+  const auto n = std::size_t(num_packs);
+  s.pack_heap.assign(n + 1, kFull);
+  for (std::int32_t p = 0; p < num_packs; ++p) s.pack_heap[std::size_t(p)] = pack_key(0.0F, p);
+  const auto lighter = [](std::uint64_t a, std::uint64_t b) { return a < b; };
   for (const auto& [bits, item] : s.sorted) {
-    auto& [pack_load, pack] = s.pack_heap.front();
+    const std::uint64_t top = s.pack_heap.front();
+    const auto pack = std::int32_t(std::uint32_t(top));
     s.pack_of[std::size_t(item)] = pack;
-    s.rank_in_pack[std::size_t(item)] = s.pack_items[std::size_t(pack)]++;
-    pack_load += std::bit_cast<float>(bits);
-    if (s.pack_items[std::size_t(pack)] == capacity) {  // full: leaves the heap
-      s.pack_heap.front() = s.pack_heap.back();
-      s.pack_heap.pop_back();
-      if (s.pack_heap.empty()) break;
-    }
-    sift_down(s.pack_heap, 0, lighter);
+    const std::int32_t rank = s.pack_items[std::size_t(pack)]++;
+    s.rank_in_pack[std::size_t(item)] = rank;
+    const float load = std::bit_cast<float>(std::uint32_t(top >> 32)) + std::bit_cast<float>(bits);
+    s.pack_heap.front() = rank + 1 == capacity ? kFull : pack_key(load, pack);
+    sift_down(s.pack_heap.data(), n, 0, lighter);
   }
 }
 
@@ -79,21 +106,20 @@ void replicate(std::span<const float> weight, std::int32_t num_slots, DeepseekSc
   std::iota(s.phy2mlog.begin(), s.phy2mlog.begin() + num_experts, 0);
   s.mlog_count.assign(weight.size(), 1);
   if (num_slots == num_experts) return;
-  s.phy_load.assign(weight.begin(), weight.end());  // load / replicas, per expert
-  s.heap.resize(weight.size());
-  std::iota(s.heap.begin(), s.heap.end(), 0);
-  // Max-heap on (load / replicas, then the lower index).
-  const auto heavier = [&](std::int32_t a, std::int32_t b) {
-    const float va = s.phy_load[std::size_t(a)], vb = s.phy_load[std::size_t(b)];
-    return va != vb ? va > vb : a < b;
-  };
-  for (std::size_t i = s.heap.size() / 2; i-- > 0;) sift_down(s.heap, i, heavier);
+  // Max-heap of (load / replicas, then the lower index): the index is stored complemented.
+  const auto key = [](float load, std::int32_t expert) { return pack_key(load, ~expert); };
+  const auto n = weight.size();
+  s.heap.assign(n + 1, 0);  // heap[n] = 0: below every real key
+  for (std::int32_t e = 0; e < num_experts; ++e)
+    s.heap[std::size_t(e)] = key(weight[std::size_t(e)], e);
+  const auto heavier = [](std::uint64_t a, std::uint64_t b) { return a > b; };
+  for (std::size_t i = n / 2; i-- > 0;) sift_down(s.heap.data(), n, i, heavier);
   for (std::int32_t slot = num_experts; slot < num_slots; ++slot) {
-    const std::int32_t expert = s.heap.front();
+    const auto expert = ~std::int32_t(std::uint32_t(s.heap.front()));
     s.phy2mlog[std::size_t(slot)] = expert;
     const std::int32_t count = ++s.mlog_count[std::size_t(expert)];
-    s.phy_load[std::size_t(expert)] = weight[std::size_t(expert)] / float(count);
-    sift_down(s.heap, 0, heavier);
+    s.heap.front() = key(weight[std::size_t(expert)] / float(count), expert);
+    sift_down(s.heap.data(), n, 0, heavier);
   }
 }
 
@@ -149,9 +175,8 @@ void deepseek_plan_layer(std::span<const float> weight, const EplbConfig& config
   const auto slots_per_gpu = std::int32_t(config.slots_per_gpu());
 
   // Step 1: groups onto nodes. mlog ("node-major logical") numbers experts node by node.
-  s.log2mlog.resize(weight.size());
   s.mlog2log.resize(weight.size());
-  if (num_nodes == 1) {
+  if (num_groups == num_nodes) {  // one group per node: the reference keeps them in order
     std::iota(s.mlog2log.begin(), s.mlog2log.end(), 0);
   } else {
     s.group_load.resize(std::size_t(num_groups));
@@ -159,7 +184,7 @@ void deepseek_plan_layer(std::span<const float> weight, const EplbConfig& config
       s.group_load[std::size_t(g)] =
           torch_cpu_sum(weight.subspan(std::size_t(g * group_size), std::size_t(group_size)));
     }
-    balanced_packing(s.group_load, num_nodes, s);
+    balanced_packing(s.group_load, {}, num_nodes, s);
     for (std::int32_t g = 0; g < num_groups; ++g) {
       const std::int32_t first =
           (s.pack_of[std::size_t(g)] * groups_per_node + s.rank_in_pack[std::size_t(g)]) *
@@ -185,7 +210,7 @@ void deepseek_plan_layer(std::span<const float> weight, const EplbConfig& config
       s.phy_load[std::size_t(i)] =
           s.mlog_load[std::size_t(m)] / float(s.mlog_count[std::size_t(m)]);
     }
-    balanced_packing(s.phy_load, gpus_per_node, s);
+    balanced_packing(s.phy_load, s.phy2mlog, gpus_per_node, s);
     for (std::int32_t i = 0; i < slots_per_node; ++i) {
       const std::int32_t slot =
           s.pack_of[std::size_t(i)] * slots_per_gpu + s.rank_in_pack[std::size_t(i)];

@@ -5,18 +5,18 @@
 #include <cstdint>
 #include <moestat/plan/eplb.hpp>
 #include <span>
-#include <utility>
 #include <vector>
+
+#include "radix_order.hpp"
 
 namespace moestat::plan::detail {
 
 /// Reusable buffers of deepseek_plan_layer, so planning many layers allocates once.
 struct DeepseekScratch {
   std::vector<float> group_load, mlog_load, phy_load;
-  std::vector<std::pair<float, std::int32_t>> pack_heap;  ///< (load, pack)
-  std::vector<std::int32_t> pack_of, rank_in_pack, pack_items, log2mlog, mlog2log, phy2mlog,
-      mlog_count, heap;
-  std::vector<std::pair<std::uint32_t, std::int32_t>> sorted;  ///< (float bits, index)
+  std::vector<std::uint64_t> pack_heap, heap;  ///< heap keys: (float bits << 32) | index
+  std::vector<std::int32_t> pack_of, rank_in_pack, pack_items, mlog2log, phy2mlog, mlog_count;
+  std::vector<KeyedItem> sorted, sort_spare;  ///< (float bits, item)
 };
 
 /// Writes the reference's physical_to_logical row for one layer: `weight` [E] (already

@@ -1,5 +1,6 @@
 // plan_deepseek against the reference eplb.py's own outputs (../shared/golden): the exact
-// physical_to_logical and replica counts of every layer whose input has no equal values.
+// physical_to_logical and replica counts of every layer, those whose input has equal values
+// included (their order follows the documented tie-break).
 #include <gtest/gtest.h>
 
 #include <moestat/plan/eplb.hpp>
@@ -80,6 +81,8 @@ TEST(EplbGolden, DeepseekMatchesTheReferenceOnEveryLayerWithoutTies) {
     }
   }
   EXPECT_GT(compared, 1000);
+  EXPECT_GT(tie_layers, 100);
+  EXPECT_EQ(tie_layers_equal, tie_layers);
   std::printf("compared %lld layers exactly; %lld of %lld layers with ties equal too\n",
               static_cast<long long>(compared), static_cast<long long>(tie_layers_equal),
               static_cast<long long>(tie_layers));

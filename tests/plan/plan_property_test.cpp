@@ -5,8 +5,10 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/metrics.hpp>
+#include <numeric>
 #include <vector>
 
 namespace moestat {
@@ -54,14 +56,14 @@ void check_valid(const Placement& placement, const Case& c) {
   const std::int64_t P = c.config.num_replicas;
   const std::int64_t E = c.loads.num_experts;
   for (std::int64_t l = 0; l < c.loads.num_layers; ++l) {
-    std::vector<std::int64_t> replicas(std::size_t(E), 0);
+    std::vector<std::int64_t> replicas(static_cast<std::size_t>(E), 0);
     for (std::int64_t p = 0; p < P; ++p) ++replicas[std::size_t(placement.logical_of(l, p))];
     for (std::int64_t e = 0; e < E; ++e) RC_ASSERT(replicas[std::size_t(e)] >= 1);
     if (!c.config.hierarchical()) continue;
     // Every replica of every expert of a group lies on one node.
     const std::int64_t group_size = E / c.config.num_groups;
     const std::int64_t slots_per_node = P / c.config.num_nodes;
-    std::vector<std::int64_t> node_of_group(std::size_t(c.config.num_groups), -1);
+    std::vector<std::int64_t> node_of_group(static_cast<std::size_t>(c.config.num_groups), -1);
     for (std::int64_t p = 0; p < P; ++p) {
       const std::int64_t group = placement.logical_of(l, p) / group_size;
       std::int64_t& node = node_of_group[std::size_t(group)];
@@ -69,6 +71,126 @@ void check_valid(const Placement& placement, const Case& c) {
       RC_ASSERT(node == p / slots_per_node);
     }
   }
+}
+
+// ---- eplb.py written plainly: the oracle of plan_deepseek's tie order ----
+
+/// Items heaviest first as PyTorch's CPU sort leaves them (std::sort on (value, index) pairs
+/// with a value-only comparison), each into the lightest pack with room, lowest index first.
+void plain_packing(const std::vector<float>& weight, std::int64_t num_packs,
+                   std::vector<std::int64_t>& pack_of, std::vector<std::int64_t>& rank) {
+  const auto n = std::int64_t(weight.size());
+  const std::int64_t capacity = n / num_packs;
+  pack_of.assign(weight.size(), 0);
+  rank.assign(weight.size(), 0);
+  if (capacity == 1) {
+    std::iota(pack_of.begin(), pack_of.end(), 0);
+    return;
+  }
+  std::vector<std::pair<float, std::int64_t>> order;
+  for (std::int64_t i = 0; i < n; ++i) order.emplace_back(weight[std::size_t(i)], i);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<float> load(static_cast<std::size_t>(num_packs), 0.0F);
+  std::vector<std::int64_t> items(static_cast<std::size_t>(num_packs), 0);
+  for (const auto& [value, i] : order) {
+    std::int64_t best = -1;
+    for (std::int64_t p = 0; p < num_packs; ++p) {
+      if (items[std::size_t(p)] < capacity &&
+          (best < 0 || load[std::size_t(p)] < load[std::size_t(best)])) {
+        best = p;
+      }
+    }
+    pack_of[std::size_t(i)] = best;
+    rank[std::size_t(i)] = items[std::size_t(best)]++;
+    load[std::size_t(best)] += value;
+  }
+}
+
+/// One layer of eplb.py: the physical_to_logical row. Group sums are exact here (small
+/// integer loads), so their order does not matter.
+std::vector<std::int32_t> plain_eplb_layer(const std::vector<float>& w, const plan::EplbConfig& c) {
+  const auto E = std::int64_t(w.size());
+  const std::int64_t G = c.hierarchical() ? c.num_groups : 1;
+  const std::int64_t N = c.hierarchical() ? c.num_nodes : 1;
+  const std::int64_t group_size = E / G, experts_per_node = E / N;
+  const std::int64_t slots_per_node = c.num_replicas / N, slots_per_gpu = c.slots_per_gpu();
+  std::vector<float> group(static_cast<std::size_t>(G), 0.0F);
+  for (std::int64_t e = 0; e < E; ++e) group[std::size_t(e / group_size)] += w[std::size_t(e)];
+  std::vector<std::int64_t> pack_of, rank;
+  plain_packing(group, N, pack_of, rank);
+  std::vector<std::int64_t> mlog2log(static_cast<std::size_t>(E));
+  for (std::int64_t g = 0; g < G; ++g) {
+    const std::int64_t first =
+        (pack_of[std::size_t(g)] * (G / N) + rank[std::size_t(g)]) * group_size;
+    for (std::int64_t k = 0; k < group_size; ++k)
+      mlog2log[std::size_t(first + k)] = g * group_size + k;
+  }
+  std::vector<std::int32_t> row(static_cast<std::size_t>(c.num_replicas));
+  for (std::int64_t node = 0; node < N; ++node) {
+    std::vector<float> load(static_cast<std::size_t>(experts_per_node));
+    for (std::int64_t j = 0; j < experts_per_node; ++j) {
+      load[std::size_t(j)] = w[std::size_t(mlog2log[std::size_t(node * experts_per_node + j)])];
+    }
+    std::vector<std::int64_t> phy2mlog(static_cast<std::size_t>(slots_per_node));
+    std::vector<std::int64_t> count(static_cast<std::size_t>(experts_per_node), 1);
+    std::iota(phy2mlog.begin(), phy2mlog.begin() + experts_per_node, 0);
+    for (std::int64_t slot = experts_per_node; slot < slots_per_node; ++slot) {
+      std::int64_t best = 0;  // the largest load / replicas, lowest index among equals
+      for (std::int64_t j = 1; j < experts_per_node; ++j) {
+        if (load[std::size_t(j)] / float(count[std::size_t(j)]) >
+            load[std::size_t(best)] / float(count[std::size_t(best)])) {
+          best = j;
+        }
+      }
+      phy2mlog[std::size_t(slot)] = best;
+      ++count[std::size_t(best)];
+    }
+    std::vector<float> replica_load(static_cast<std::size_t>(slots_per_node));
+    for (std::int64_t i = 0; i < slots_per_node; ++i) {
+      const std::int64_t m = phy2mlog[std::size_t(i)];
+      replica_load[std::size_t(i)] = load[std::size_t(m)] / float(count[std::size_t(m)]);
+    }
+    plain_packing(replica_load, c.num_gpus / N, pack_of, rank);
+    for (std::int64_t i = 0; i < slots_per_node; ++i) {
+      const std::int64_t slot = pack_of[std::size_t(i)] * slots_per_gpu + rank[std::size_t(i)];
+      row[std::size_t(node * slots_per_node + slot)] =
+          std::int32_t(mlog2log[std::size_t(node * experts_per_node + phy2mlog[std::size_t(i)])]);
+    }
+  }
+  return row;
+}
+
+/// plan_deepseek against the plain port, layer by layer.
+void check_matches_plain_port(const plan::ExpertLoads& loads, const plan::EplbConfig& config) {
+  const Placement ours = plan::plan_deepseek(loads, config);
+  for (std::int64_t l = 0; l < loads.num_layers; ++l) {
+    std::vector<float> w(static_cast<std::size_t>(loads.num_experts));
+    for (std::int64_t e = 0; e < loads.num_experts; ++e) w[std::size_t(e)] = float(loads.at(l, e));
+    const std::vector<std::int32_t> want = plain_eplb_layer(w, config);
+    const auto row = ours.physical_to_logical().subspan(std::size_t(l * config.num_replicas),
+                                                        std::size_t(config.num_replicas));
+    RC_ASSERT(std::ranges::equal(row, want));
+  }
+}
+
+RC_GTEST_PROP(PlanProperty, DeepseekEqualsAPlainPortOfTheReference, ()) {
+  const Case c = *random_case();
+  check_matches_plain_port(c.loads, c.config);
+}
+
+// DeepSeek-V3's shape with loads in 0..max: hundreds of equal values between different
+// experts, where introsort's order of ties differs from a stable sort's.
+RC_GTEST_PROP(PlanProperty, DeepseekKeepsTheReferencesTieOrderAtDeepseekShape, ()) {
+  plan::ExpertLoads loads{2, 256, {}};
+  const auto max_load = *rc::gen::element<std::int64_t>(1, 3, 20, 1000000);
+  for (std::int64_t i = 0; i < loads.num_layers * loads.num_experts; ++i) {
+    loads.values.push_back(double(*rc::gen::inRange<std::int64_t>(0, max_load + 1)));
+  }
+  const auto config =
+      *rc::gen::element(plan::EplbConfig{288, 8, 4, 32}, plan::EplbConfig{288, 1, 1, 72},
+                        plan::EplbConfig{256, 1, 1, 8});
+  check_matches_plain_port(loads, config);
 }
 
 RC_GTEST_PROP(PlanProperty, DeepseekPlansAreValid, ()) {
