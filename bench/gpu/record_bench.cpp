@@ -115,10 +115,43 @@ double stream_ms_per_pass(moestat::record::CudaRecorder& recorder,
   return ms / passes;
 }
 
+struct TraceRun {
+  double stream_ms_per_pass = 0;
+  double writer_gb_per_s = 0;
+  std::int64_t dropped_tokens = 0;
+  std::uintmax_t file_bytes = 0;
+};
+
+/// One per_token recording of `passes` passes into `path`; the writer's rate is the file's
+/// bytes over the time from the first pass to the last byte written.
+TraceRun trace_run(const moestat::ModelTopology& topology, const std::vector<void*>& buffers,
+                   std::int64_t tokens, int passes, const std::filesystem::path& path,
+                   std::uint64_t reserve_bytes, cudaStream_t stream) {
+  TraceRun run;
+  {
+    moestat::record::CudaRecorder recorder(
+        topology, {.mode = moestat::RecordMode::kPerToken, .per_token_capacity = passes * tokens},
+        -1,
+        {.trace_path = path, .max_tokens_per_pass = tokens, .trace_reserve_bytes = reserve_bytes});
+    recorder.set_stream(stream);
+    recorder.start();
+    const auto wall_start = std::chrono::steady_clock::now();
+    run.stream_ms_per_pass = stream_ms_per_pass(recorder, buffers, tokens, passes, stream);
+    recorder.drain_trace();
+    const double wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    run.dropped_tokens = recorder.snapshot().dropped_tokens;
+    run.file_bytes = std::filesystem::file_size(path);
+    run.writer_gb_per_s = double(run.file_bytes) / wall_s / 1e9;
+  }
+  std::filesystem::remove(path);
+  return run;
+}
+
 /// Per-token drain: eager passes of 8192 tokens through 58 layers, with a host ring that
 /// holds them all. Prints the recording stream's time per pass in per_token and in stat
 /// mode (the difference is what tracing costs the stream, the device-to-host copy
-/// included), and the writer's rate into a file.
+/// included), and the writer's rate into a file, appending and into a reserved file.
 void measure_trace_drain(const moestat::ModelTopology& topology, cudaStream_t stream) {
   constexpr std::int64_t kTokens = 8192;
   constexpr int kPasses = 40;
@@ -144,31 +177,22 @@ void measure_trace_drain(const moestat::ModelTopology& topology, cudaStream_t st
     recorder.start();
     stat_ms = stream_ms_per_pass(recorder, buffers, kTokens, kPasses, stream);
   }
-  double trace_ms = 0;
-  double wall_s = 0;
-  std::int64_t dropped = 0;
-  {
-    moestat::record::CudaRecorder recorder(
-        topology, {.mode = moestat::RecordMode::kPerToken, .per_token_capacity = kPasses * kTokens},
-        -1, {.trace_path = path, .max_tokens_per_pass = kTokens});
-    recorder.set_stream(stream);
-    recorder.start();
-    const auto wall_start = std::chrono::steady_clock::now();
-    trace_ms = stream_ms_per_pass(recorder, buffers, kTokens, kPasses, stream);
-    recorder.drain_trace();
-    wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-    dropped = recorder.snapshot().dropped_tokens;
-  }
   const double pass_bytes = double(kTokens) * kLayers * kTopK * sizeof(std::int32_t);
-  const auto file_bytes = std::filesystem::file_size(path);
-  std::filesystem::remove(path);
+  const TraceRun appended = trace_run(topology, buffers, kTokens, kPasses, path, 0, stream);
+  // A reserve that holds the whole trace (header and chunk headers included).
+  const auto reserve = std::uint64_t(kPasses * (pass_bytes + 64) + 4096);
+  const TraceRun reserved = trace_run(topology, buffers, kTokens, kPasses, path, reserve, stream);
   std::printf(
       "  \"trace\": {\"passes\": %d, \"tokens_per_pass\": %ld, \"pass_mbytes\": %.2f, "
       "\"stat_stream_ms_per_pass\": %.4f, \"trace_stream_ms_per_pass\": %.4f, "
       "\"writer_gb_per_s\": %.2f, \"dropped_tokens\": %ld, \"file_bytes\": %ld, "
+      "\"reserved_trace_stream_ms_per_pass\": %.4f, \"reserved_writer_gb_per_s\": %.2f, "
+      "\"reserved_dropped_tokens\": %ld, \"reserved_file_bytes\": %ld, "
       "\"directory\": \"%s\"}\n",
-      kPasses, long(kTokens), pass_bytes / 1e6, stat_ms, trace_ms,
-      double(file_bytes) / wall_s / 1e9, long(dropped), long(file_bytes), directory.c_str());
+      kPasses, long(kTokens), pass_bytes / 1e6, stat_ms, appended.stream_ms_per_pass,
+      appended.writer_gb_per_s, long(appended.dropped_tokens), long(appended.file_bytes),
+      reserved.stream_ms_per_pass, reserved.writer_gb_per_s, long(reserved.dropped_tokens),
+      long(reserved.file_bytes), directory.c_str());
   for (void* buffer : buffers) cudaFree(buffer);
 }
 

@@ -3,7 +3,8 @@
 Times, inside a CUDA graph of 58 MoE layers (E = 288 physical experts, top-8), the two
 torch-op recorders SGLang has shipped (the scatter_add_ of a masked id tensor, and the
 graph-safe variant that clamps -1 to 0 and adds (id >= 0)), on the same kind of skewed
-routing as bench/gpu/record_bench.cpp. Prints one JSON document.
+routing as bench/gpu/record_bench.cpp; and what one trivial torch op (x.add_(1)) costs as a
+graph node, FIELD.md's "one empty graph node". Prints one JSON document.
 """
 import json
 import time
@@ -66,6 +67,33 @@ def graph_us_per_layer(record, ids):
     return times[len(times) // 2] / LAYERS, exact
 
 
+def trivial_node_us():
+    """What one trivial torch op (x.add_(1)) costs as a node of a graph of 58, as
+    ../shared/bench/sglang_baseline.py measures "one empty graph node"."""
+    x = torch.zeros(1, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(LAYERS):
+            x.add_(1)
+    for _ in range(5):
+        graph.replay()
+    times = []
+    for _ in range(REPLAYS):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) * 1000.0)
+    times.sort()
+    return times[len(times) // 2] / LAYERS
+
+
 def eager_host_us_per_layer(record, ids):
     data = torch.zeros(LAYERS, EXPERTS, dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()
@@ -93,7 +121,7 @@ def main():
             rows.append(row)
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                       "layers": LAYERS, "physical_experts": EXPERTS, "top_k": TOP_K,
-                      "rows": rows}, indent=2))
+                      "trivial_node_us": round(trivial_node_us(), 4), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // Per-token trace files (docs/formats.md). POSIX pwrite rather than streams: a chunk's
-// header is written after its ids, at its own offset.
+// header is written after its ids, at its own offset. With a reserve, chunks inside it are
+// copied into a shared mapping instead (see TraceWriterOptions).
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <moestat/error.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/tensor_view.hpp>
+#include <thread>
 #include <vector>
 
 namespace moestat::io {
@@ -32,6 +35,8 @@ constexpr std::size_t kVersion1HeaderBytes = 8 + 4 + 4 + 4 * 8;
 constexpr std::size_t kHeaderBytes = kVersion1HeaderBytes + 4 + 4;
 // chunk magic, pass id, placement version, token count
 constexpr std::size_t kChunkHeaderBytes = 4 + 8 + 8 + 8;
+// Below this a chunk is copied by one thread: starting threads would cost more than they save.
+constexpr std::size_t kParallelCopyBytes = std::size_t(4) << 20;
 
 template <typename T>
 void put(std::vector<char>& out, T value) {
@@ -49,12 +54,13 @@ T take(std::span<const char> in, std::size_t& offset) {
 
 }  // namespace
 
-TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& header)
-    : path_(path), header_(header) {
+TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& header,
+                         const TraceWriterOptions& options)
+    : path_(path), options_(options), header_(header) {
   MOESTAT_CHECK(header.num_layers > 0 && header.top_k > 0 && header.num_physical_experts > 0 &&
                     header.num_logical_experts > 0,
                 "trace {}: header needs positive sizes", path.string());
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // RDWR: mapped
   MOESTAT_CHECK(fd_ >= 0, "cannot create trace file {}: {}", path.string(), std::strerror(errno));
   std::vector<char> bytes(kMagic.begin(), kMagic.end());
   put(bytes, kFormatVersion);
@@ -66,8 +72,19 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   put(bytes, std::uint32_t(DType::kInt32));
   put(bytes, std::uint32_t(kHeaderBytes));
   try {
+    if (options_.reserve_bytes > 0) {
+      const int failed = ::posix_fallocate(fd_, 0, off_t(options_.reserve_bytes));
+      MOESTAT_CHECK(failed == 0, "cannot reserve {} bytes for trace file {}: {}",
+                    options_.reserve_bytes, path.string(), std::strerror(failed));
+      void* map = ::mmap(nullptr, options_.reserve_bytes, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_POPULATE, fd_, 0);
+      MOESTAT_CHECK(map != MAP_FAILED, "cannot map the reserve of trace file {}: {}", path.string(),
+                    std::strerror(errno));
+      reserve_ = static_cast<char*>(map);
+    }
     write_at(bytes.data(), bytes.size(), 0);
   } catch (...) {
+    if (reserve_ != nullptr) ::munmap(reserve_, options_.reserve_bytes);
     ::close(fd_);
     throw;
   }
@@ -75,7 +92,29 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
 }
 
 TraceWriter::~TraceWriter() {
+  if (reserve_ != nullptr) {
+    ::munmap(reserve_, options_.reserve_bytes);
+    // The unused rest of the reserve goes; a failure leaves zeros, which readers skip.
+    [[maybe_unused]] const int ignored = ::ftruncate(fd_, off_t(end_));
+  }
   if (fd_ >= 0) ::close(fd_);
+}
+
+void TraceWriter::copy_into_reserve(const void* data, std::size_t bytes,
+                                    std::uint64_t offset) const {
+  if (bytes == 0) return;  // an empty span may have no data pointer at all
+  const auto* source = static_cast<const char*>(data);
+  char* target = reserve_ + offset;
+  const std::size_t threads =
+      bytes < kParallelCopyBytes ? 1 : std::max<std::size_t>(1, options_.copy_threads);
+  const std::size_t share = bytes / threads;
+  std::vector<std::jthread> helpers;
+  for (std::size_t t = 1; t < threads; ++t) {
+    const std::size_t begin = t * share;
+    const std::size_t length = t + 1 == threads ? bytes - begin : share;
+    helpers.emplace_back([=] { std::memcpy(target + begin, source + begin, length); });
+  }
+  std::memcpy(target, source, share);
 }
 
 void TraceWriter::write_at(const void* data, std::size_t bytes, std::uint64_t offset) {
@@ -107,14 +146,20 @@ void TraceWriter::append(std::int64_t pass_id, std::uint64_t placement_version,
   const std::uint64_t payload_offset = end_ + kChunkHeaderBytes;
 
   const std::size_t total = entries * sizeof(std::int32_t);
-  write_at(first.data(), first.size_bytes(), payload_offset);
-  write_at(second.data(), second.size_bytes(), payload_offset + first.size_bytes());
-  // The header goes last: until it lands, a reader sees zeros where the chunk starts.
   std::vector<char> head(kChunkMagic.begin(), kChunkMagic.end());
   put(head, pass_id);
   put(head, placement_version);
   put(head, std::int64_t(entries / token_size));
-  write_at(head.data(), head.size(), end_);
+  // The header goes last: until it lands, a reader sees zeros where the chunk starts.
+  if (payload_offset + total <= options_.reserve_bytes) {
+    copy_into_reserve(first.data(), first.size_bytes(), payload_offset);
+    copy_into_reserve(second.data(), second.size_bytes(), payload_offset + first.size_bytes());
+    copy_into_reserve(head.data(), head.size(), end_);
+  } else {
+    write_at(first.data(), first.size_bytes(), payload_offset);
+    write_at(second.data(), second.size_bytes(), payload_offset + first.size_bytes());
+    write_at(head.data(), head.size(), end_);
+  }
   end_ = payload_offset + total;
 }
 

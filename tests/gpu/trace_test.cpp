@@ -30,15 +30,16 @@ void flatten(const io::TraceFile& file, std::vector<std::int32_t>& ids,
   }
 }
 
-TEST(CudaRecorderTrace, EveryTokenReachesTheFileEagerlyAndFromGraphs) {
-  MOESTAT_REQUIRE_GPU();
+/// Every token's ids reach the file, written with `reserve_bytes` of reserved file.
+void check_every_token_reaches_the_file(std::uint64_t reserve_bytes) {
   const ModelTopology topology = deepseek_like_topology();
   const auto path = trace_path("full");
   constexpr std::int64_t kMaxTokens = 96;
   const RecorderOptions options{.mode = RecordMode::kPerToken, .per_token_capacity = 1 << 16};
   CpuRecorder cpu(topology, options);
   {
-    CudaRecorder gpu(topology, options, -1, CudaOptions{.trace_path = path});
+    CudaRecorder gpu(topology, options, -1,
+                     CudaOptions{.trace_path = path, .trace_reserve_bytes = reserve_bytes});
     cudaStream_t stream;
     MOESTAT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     gpu.set_stream(stream);
@@ -120,6 +121,18 @@ TEST(CudaRecorderTrace, EveryTokenReachesTheFileEagerlyAndFromGraphs) {
   EXPECT_EQ(pass_ids, expected.token_pass_ids);
   EXPECT_EQ(ids, expected.token_physical_ids);
   std::filesystem::remove(path);
+}
+
+TEST(CudaRecorderTrace, EveryTokenReachesTheFileEagerlyAndFromGraphs) {
+  MOESTAT_REQUIRE_GPU();
+  check_every_token_reaches_the_file(0);
+}
+
+// A reserve of 4 MiB, about a fifth of the trace: passes land inside it, across its end and
+// past it.
+TEST(CudaRecorderTrace, EveryTokenReachesAReservedFile) {
+  MOESTAT_REQUIRE_GPU();
+  check_every_token_reaches_the_file(std::uint64_t(4) << 20);
 }
 
 TEST(CudaRecorderTrace, OverflowDropsWholeTokensAndCountsThemExactly) {

@@ -126,6 +126,49 @@ TEST(TraceFile, ChunkWhoseHeaderIsNotWrittenYetIsLeftOut) {
   EXPECT_EQ(file.chunks.size(), 1u);
 }
 
+TEST(TraceFile, ReservedFileTakesChunksInsideAcrossAndPastItsReserve) {
+  ScratchDir dir;
+  const auto path = dir.path() / "reserved.bin";
+  std::mt19937 rng(7);
+  // A 6 MiB chunk (copied by four threads), small ones, one across the end of the 8 MiB
+  // reserve and one wholly past it, with a wrapped ring's two spans among them.
+  const std::int64_t big_tokens = (std::int64_t(6) << 20) / (kTokenSize * 4);
+  const std::vector<std::int64_t> tokens{big_tokens, 1, 0, 40000, 50000, 3};
+  std::vector<std::vector<std::int32_t>> written;
+  {
+    io::TraceWriter writer(path, kHeader, {.reserve_bytes = 8 << 20, .copy_threads = 4});
+    EXPECT_EQ(std::filesystem::file_size(path), 8u << 20);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      written.push_back(random_tokens(rng, tokens[i]));
+      const std::span<const std::int32_t> all(written.back());
+      const std::size_t cut = all.size() / 3 / kTokenSize * kTokenSize;
+      writer.append(std::int64_t(i), 9, all.first(cut), all.subspan(cut));
+      // Readable while written: the zeros after the last chunk read as its end.
+      const io::TraceFile live = io::read_trace_file(path);
+      EXPECT_EQ(live.chunks.size(), i + 1);
+    }
+  }
+  const io::TraceFile file = io::read_trace_file(path);
+  EXPECT_FALSE(file.truncated);  // closing cut the unused reserve
+  ASSERT_EQ(file.chunks.size(), written.size());
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    EXPECT_EQ(file.chunks[i].ids, written[i]) << i;
+    EXPECT_EQ(file.chunks[i].pass_id, std::int64_t(i));
+  }
+}
+
+TEST(TraceFile, UnusedReserveIsCutWhenTheWriterCloses) {
+  ScratchDir dir;
+  const auto path = dir.path() / "small.bin";
+  std::mt19937 rng(8);
+  const auto ids = random_tokens(rng, 2);
+  { io::TraceWriter(path, kHeader).append(0, 0, ids); }
+  const auto plain_size = std::filesystem::file_size(path);
+  { io::TraceWriter(path, kHeader, {.reserve_bytes = 1 << 20}).append(0, 0, ids); }
+  EXPECT_EQ(std::filesystem::file_size(path), plain_size);
+  EXPECT_EQ(io::read_trace_file(path).chunks.at(0).ids, ids);
+}
+
 TEST(TraceFile, RefusesWhatIsNotATrace) {
   ScratchDir dir;
   const auto path = dir.path() / "bad.bin";

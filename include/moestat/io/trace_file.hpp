@@ -28,14 +28,29 @@ struct TraceChunk {
   std::vector<std::int32_t> ids;
 };
 
+/// How a TraceWriter takes chunks in.
+struct TraceWriterOptions {
+  /// Bytes of file allocated and mapped when the writer opens. A chunk that lands inside them
+  /// is copied into the mapping, where allocating the file's pages (what limits an appending
+  /// write to a few GB/s) is already done, by `copy_threads` threads when it is large. Until
+  /// the writer closes, the file is this long, zeros after the last chunk (readers stop
+  /// there); closing cuts it to its chunks. Chunks past the reserve are appended with
+  /// pwrite. 0: no reserve.
+  std::uint64_t reserve_bytes = 0;
+  /// Threads that copy one chunk of at least 4 MiB into the reserve (the calling thread
+  /// included).
+  unsigned copy_threads = 4;
+};
+
 /// Appends chunks to a new trace file. Not thread-safe; one writer per file. A chunk's ids
 /// are written first and its header last, so a reader never takes a chunk in progress for
 /// a whole one.
 class TraceWriter {
  public:
-  /// Creates (truncates) `path` and writes the header; moestat::Error naming the path when
-  /// it cannot be written.
-  TraceWriter(const std::filesystem::path& path, const TraceHeader& header);
+  /// Creates (truncates) `path`, allocates the reserve and writes the header; moestat::Error
+  /// naming the path when it cannot be written or the reserve cannot be allocated.
+  TraceWriter(const std::filesystem::path& path, const TraceHeader& header,
+              const TraceWriterOptions& options = {});
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -51,10 +66,14 @@ class TraceWriter {
 
  private:
   void write_at(const void* data, std::size_t bytes, std::uint64_t offset);
+  /// Copies into the reserve at `offset`, in parallel when large.
+  void copy_into_reserve(const void* data, std::size_t bytes, std::uint64_t offset) const;
 
   std::filesystem::path path_;
   int fd_ = -1;
-  std::uint64_t end_ = 0;  // file size once every appended chunk is written
+  TraceWriterOptions options_;
+  char* reserve_ = nullptr;  // the mapped first options_.reserve_bytes of the file
+  std::uint64_t end_ = 0;    // file size once every appended chunk is written
   TraceHeader header_;
 };
 

@@ -25,6 +25,13 @@ struct CudaOptions {
   std::int64_t max_tokens_per_pass = 8192;
   /// per_token mode: passes the host ring can hold before the writer thread catches up.
   std::int64_t max_pending_passes = 4096;
+  /// per_token mode: bytes of trace file allocated when the recorder is created (see
+  /// io::TraceWriterOptions). Passes that land inside drain at memory speed (over 10 GB/s
+  /// into /dev/shm on an H200 host) instead of the few GB/s of appending; size it to the
+  /// trace you expect (tokens x layers x top_k x 4 bytes). 0: none.
+  std::uint64_t trace_reserve_bytes = 0;
+  /// per_token mode: threads that copy one large pass into the reserve.
+  unsigned trace_copy_threads = 4;
   /// per_pass mode and unbounded windows (window_size = -1): ended passes wait in a device
   /// ring of this many passes until the collector thread copies them to the host.
   std::int64_t pass_ring_size = 256;

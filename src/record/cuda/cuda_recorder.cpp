@@ -170,6 +170,8 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
     r.drain = std::make_unique<cuda::TraceDrain>(
         cuda_options_.trace_path,
         io::TraceHeader{num_layers, num_logical, num_physical, model.top_k},
+        io::TraceWriterOptions{.reserve_bytes = cuda_options_.trace_reserve_bytes,
+                               .copy_threads = cuda_options_.trace_copy_threads},
         this->options().per_token_capacity, cuda_options_.max_pending_passes);
     r.drain->describe(trace);
     MOESTAT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.trace_stream, cudaStreamNonBlocking));

@@ -34,8 +34,9 @@ void store(long long& field, long long value) {
 }  // namespace
 
 TraceDrain::TraceDrain(const std::filesystem::path& path, const io::TraceHeader& header,
-                       std::int64_t capacity_tokens, std::int64_t descriptor_capacity)
-    : writer_(path, header),
+                       const io::TraceWriterOptions& file_options, std::int64_t capacity_tokens,
+                       std::int64_t descriptor_capacity)
+    : writer_(path, header, file_options),
       capacity_(capacity_tokens),
       descriptor_capacity_(descriptor_capacity),
       token_size_(header.num_layers * header.top_k) {

@@ -19,7 +19,8 @@ class TraceDrain {
  public:
   /// Allocates `capacity_tokens` tokens of pinned, mapped host ring and starts the writer.
   TraceDrain(const std::filesystem::path& path, const io::TraceHeader& header,
-             std::int64_t capacity_tokens, std::int64_t descriptor_capacity);
+             const io::TraceWriterOptions& file_options, std::int64_t capacity_tokens,
+             std::int64_t descriptor_capacity);
   /// Writes what the device published, then stops the writer. The caller must have
   /// synchronised the streams that copy into the ring.
   ~TraceDrain();
