@@ -10,10 +10,12 @@ out=$2
 mkdir -p "$out"
 status=0
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+# Six files under OUT_DIR (the device tool brings back at most eight); the tables are printed
+# and can be rebuilt from the JSON with make_table.py and fused_table.py.
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu_tests.log"
 
 echo "== GPU tests"
-"$bin/moestat_gpu_recorder_tests" 2>&1 | tee "$out/gpu_tests.log" | tail -n 30 || status=1
+"$bin/moestat_gpu_recorder_tests" 2>&1 | tee -a "$out/gpu_tests.log" | tail -n 30 || status=1
 
 # The sanitizers slow every launch by orders of magnitude: the eager tests cover every
 # kernel; the replay, control and full-trace tests run without the tool.
@@ -21,9 +23,10 @@ sanitized="CudaRecorder.*:CudaRecorderTrace.Overflow*:CudaPassCollector.P*:CudaP
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer --tool $tool"
   compute-sanitizer --tool "$tool" --error-exitcode 3 \
-    "$bin/moestat_gpu_recorder_tests" --gtest_filter="$sanitized" >"$out/sanitizer_$tool.log" 2>&1
+    "$bin/moestat_gpu_recorder_tests" --gtest_filter="$sanitized" >"$out/sanitizer.log" 2>&1
   code=$?
-  tail -n 3 "$out/sanitizer_$tool.log"
+  tail -n 3 "$out/sanitizer.log"
+  cat "$out/sanitizer.log" >>"$out/sanitizers.log"
   echo "compute-sanitizer $tool exit code: $code"
   [[ $code -eq 0 ]] || status=1
 done
@@ -31,9 +34,10 @@ done
 echo "== benchmark"
 "$bin/moestat_bench_gpu" >"$out/moestat_gpu.json" || status=1
 python3 bench/gpu/sglang_style_baseline.py >"$out/sglang_style.json" || status=1
-python3 bench/gpu/make_table.py "$out/moestat_gpu.json" "$out/sglang_style.json" | tee "$out/table.md"
+python3 bench/gpu/make_table.py "$out/moestat_gpu.json" "$out/sglang_style.json"
 "$bin/moestat_bench_gpu_fused" >"$out/moestat_gpu_fused.json" || status=1
-python3 bench/gpu/fused_table.py "$out/moestat_gpu_fused.json" | tee "$out/fused_table.md"
+python3 bench/gpu/fused_table.py "$out/moestat_gpu_fused.json"
 # What the trace writer's file system takes at all, for the per-token drain figure above.
 "$bin/moestat_bench_file_ceiling" | tee "$out/file_ceiling.json" || status=1
+rm -f "$out/sanitizer.log"
 exit $status
