@@ -298,16 +298,7 @@ FusedRecordTarget CudaRecorder::fused_target(std::int64_t layer) const {
       "fused_target: {} mode cannot take ids from an engine kernel; use stat, per_pass "
       "or decayed",
       record_mode_name(mode));
-  const cuda::DeviceBuffers& b = resources_->buffers;
-  return FusedRecordTarget{
-      .recording = &b.state->recording,
-      .layer_counts = b.pass_counts + layer * model.num_physical_experts,
-      .copy_stride = model.num_layers * model.num_physical_experts,
-      .num_copies = cuda::kPassCopies,
-      .num_physical_experts = model.num_physical_experts,
-      .dropped_ids = &b.state->pass_dropped,
-      .pass_num_tokens = &b.state->pass_num_tokens,
-  };
+  return cuda::layer_target(resources_->buffers, layer);
 }
 
 void CudaRecorder::drain_trace() {

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <moestat/record/fused_target.hpp>
 
 #include "device_state.cuh"
 
@@ -39,6 +40,11 @@ enum class TopkAlgorithm { kAuto, kDirectAtomics, kBlockHistogram };
 ///   before its first load, so its launch latency leaves the stream's critical path.
 /// - kSerialized: an ordinary launch (bench/gpu measures both).
 enum class KernelLaunch { kOverlapped, kSerialized };
+
+/// Layer `layer` of the open pass as the record kernels take it: the few fields they use,
+/// so a launch carries a small parameter block (CudaRecorder::fused_target hands out the
+/// same to engine kernels).
+FusedRecordTarget layer_target(const DeviceBuffers& buffers, std::int64_t layer);
 
 /// Latches the control block (recording flag, placement) for the pass and applies a
 /// pending reset. One small block.

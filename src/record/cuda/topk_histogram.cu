@@ -44,30 +44,33 @@ __device__ __forceinline__ bool in_range(Id id, long long num_bins) {
          static_cast<unsigned long long>(num_bins);
 }
 
+/// Copy blockIdx.x % kPassCopies (= target.num_copies) of the layer's counts.
+__device__ __forceinline__ int* block_counts(const FusedRecordTarget& target) {
+  return target.layer_counts + (blockIdx.x % kPassCopies) * target.copy_stride;
+}
+
 template <typename Id, bool kContiguous>
 __global__ void __launch_bounds__(kDirectThreads)
-    direct_atomics_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
+    direct_atomics_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
   detail::overlap_launch_with_predecessor();
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   // NOTE: the id is loaded before the flag is checked: it lies inside the captured batch
   // (padding rows included), and overlapping the loads is what makes this kernel cheap.
   const bool in_batch = index < ids.num_rows * ids.num_columns;
   const Id id = in_batch ? load_id<Id, kContiguous>(ids, index) : Id(-1);
-  DeviceState* state = buffers.state;
-  const int recording = state->recording;
+  const int recording = *target.recording;
   const long long rows = detail::load_valid_rows(valid, ids.num_rows);
   if (recording == 0) return;
-  if (index == 0) atomicMax(&state->pass_num_tokens, rows);
+  if (index == 0) atomicMax(target.pass_num_tokens, rows);
   unsigned dropped = 0;
   if (index < rows * ids.num_columns) {
-    if (in_range(id, buffers.num_physical_experts)) {
-      int* counts = detail::pass_layer_counts(buffers, blockIdx.x % kPassCopies, layer);
-      atomicAdd(&counts[static_cast<long long>(id)], 1);
+    if (in_range(id, target.num_physical_experts)) {
+      atomicAdd(&block_counts(target)[static_cast<long long>(id)], 1);
     } else {
       dropped = id != Id(-1);
     }
   }
-  detail::add_warp_tally(&state->pass_dropped, dropped);
+  detail::add_warp_tally(target.dropped_ids, dropped);
 }
 
 template <typename Id>
@@ -83,10 +86,10 @@ __device__ __forceinline__ void tally(Id id, bool counted, long long num_bins, i
 
 template <typename Id, bool kVectorLoads>
 __global__ void __launch_bounds__(kBlockThreads)
-    block_histogram_kernel(DeviceBuffers buffers, long long layer, IdMatrix ids, ValidCount valid) {
+    block_histogram_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
   extern __shared__ int histograms[];  // [kBlockWarps, P]
   detail::overlap_launch_with_predecessor();
-  const long long num_bins = buffers.num_physical_experts;
+  const long long num_bins = target.num_physical_experts;
   const long long batch_ids = ids.num_rows * ids.num_columns;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -104,17 +107,18 @@ __global__ void __launch_bounds__(kBlockThreads)
       loaded[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
     }
   }
-  DeviceState* state = buffers.state;
-  const int recording = state->recording;
+  const int recording = *target.recording;
   const long long rows = detail::load_valid_rows(valid, ids.num_rows);
   if (recording == 0) return;
 
-  for (long long i = threadIdx.x; i < kBlockWarps * num_bins; i += blockDim.x) histograms[i] = 0;
+  // 32-bit indices: the shared histograms are far smaller than 2^31.
+  const int shared_bins = static_cast<int>(num_bins);
+  for (int i = threadIdx.x; i < kBlockWarps * shared_bins; i += blockDim.x) histograms[i] = 0;
   const long long num_ids = rows * ids.num_columns;
-  if (blockIdx.x == 0 && threadIdx.x == 0) atomicMax(&state->pass_num_tokens, rows);
+  if (blockIdx.x == 0 && threadIdx.x == 0) atomicMax(target.pass_num_tokens, rows);
   __syncthreads();
 
-  int* histogram = histograms + (threadIdx.x / 32) * num_bins;
+  int* histogram = histograms + (threadIdx.x / 32) * shared_bins;
   unsigned dropped = 0;
   if constexpr (kVectorLoads) {
     for (long long base = first;; base += kVectorsPerThread * stride) {
@@ -149,14 +153,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       tally(load_id<Id, false>(ids, i), true, num_bins, histogram, dropped);
     }
   }
-  detail::add_warp_tally(&state->pass_dropped, dropped);
+  detail::add_warp_tally(target.dropped_ids, dropped);
   __syncthreads();
 
-  int* counts = detail::pass_layer_counts(buffers, blockIdx.x % kPassCopies, layer);
-  for (long long bin = threadIdx.x; bin < num_bins; bin += blockDim.x) {
+  int* counts = block_counts(target);
+  for (int bin = threadIdx.x; bin < shared_bins; bin += blockDim.x) {
     int sum = 0;
 #pragma unroll
-    for (int warp = 0; warp < kBlockWarps; ++warp) sum += histograms[warp * num_bins + bin];
+    for (int warp = 0; warp < kBlockWarps; ++warp) sum += histograms[warp * shared_bins + bin];
     if (sum != 0) atomicAdd(&counts[bin], sum);
   }
 }
@@ -166,9 +170,8 @@ bool is_aligned(const void* pointer, std::size_t alignment) {
 }
 
 template <typename Id>
-void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix& ids,
-                  const ValidCount& valid, TopkAlgorithm algorithm, KernelLaunch launch,
-                  cudaStream_t stream) {
+void launch_typed(const FusedRecordTarget& target, const IdMatrix& ids, const ValidCount& valid,
+                  TopkAlgorithm algorithm, KernelLaunch launch, cudaStream_t stream) {
   const std::int64_t batch_ids = ids.num_rows * ids.num_columns;
   if (algorithm == TopkAlgorithm::kAuto) {
     algorithm =
@@ -182,7 +185,7 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
     const bool contiguous = ids.column_stride == 1 && ids.row_stride == ids.num_columns;
     detail::launch_kernel(
         launch, contiguous ? direct_atomics_kernel<Id, true> : direct_atomics_kernel<Id, false>,
-        blocks, threads, 0, stream, buffers, layer, ids, valid);
+        blocks, threads, 0, stream, target, ids, valid);
     return;
   }
   const bool vector_loads =
@@ -192,21 +195,34 @@ void launch_typed(const DeviceBuffers& buffers, long long layer, const IdMatrix&
   const auto blocks = unsigned(
       std::clamp<std::int64_t>((batch_ids + ids_per_block - 1) / ids_per_block, 1, kMaxBlocks));
   const std::size_t shared_bytes =
-      std::size_t(kBlockWarps) * std::size_t(buffers.num_physical_experts) * sizeof(int);
+      std::size_t(kBlockWarps) * std::size_t(target.num_physical_experts) * sizeof(int);
   detail::launch_kernel(
       launch, vector_loads ? block_histogram_kernel<Id, true> : block_histogram_kernel<Id, false>,
-      blocks, kBlockThreads, shared_bytes, stream, buffers, layer, ids, valid);
+      blocks, kBlockThreads, shared_bytes, stream, target, ids, valid);
 }
 
 }  // namespace
 
+FusedRecordTarget layer_target(const DeviceBuffers& buffers, std::int64_t layer) {
+  return FusedRecordTarget{
+      .recording = &buffers.state->recording,
+      .layer_counts = buffers.pass_counts + layer * buffers.num_physical_experts,
+      .copy_stride = buffers.num_layers * buffers.num_physical_experts,
+      .num_copies = kPassCopies,
+      .num_physical_experts = buffers.num_physical_experts,
+      .dropped_ids = &buffers.state->pass_dropped,
+      .pass_num_tokens = &buffers.state->pass_num_tokens,
+  };
+}
+
 void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const IdMatrix& ids,
                         const ValidCount& valid, cudaStream_t stream, TopkAlgorithm algorithm,
                         KernelLaunch launch) {
+  const FusedRecordTarget target = layer_target(buffers, layer);
   if (ids.is_int64) {
-    launch_typed<long long>(buffers, layer, ids, valid, algorithm, launch, stream);
+    launch_typed<long long>(target, ids, valid, algorithm, launch, stream);
   } else {
-    launch_typed<int>(buffers, layer, ids, valid, algorithm, launch, stream);
+    launch_typed<int>(target, ids, valid, algorithm, launch, stream);
   }
 }
 
