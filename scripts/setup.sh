@@ -12,6 +12,8 @@ packages=(
   python3-torch clang libclang-rt-dev
   # report: PNG writing, and the headless-browser render test
   libstb-dev chromium
+  # the MPI reducer (moestat_mpi) and its three-rank test
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()
