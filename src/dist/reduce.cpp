@@ -9,11 +9,14 @@
 namespace moestat::dist {
 namespace {
 
-/// What every rank's snapshot must agree on, as one row per rank of a gathered table.
-constexpr std::array<std::string_view, 9> kHeaderFields{
-    "record mode",         "approximate flag",      "layers (L)",
-    "logical experts (E)", "physical experts (P)",  "top_k",
-    "window (passes)",     "decayed logical loads", "decayed physical loads"};
+/// What every rank's snapshot must agree on, as one row per rank of a gathered table. The
+/// array lengths make every later sum the same length on every rank, whatever the snapshot.
+constexpr std::array<std::string_view, 13> kHeaderFields{
+    "record mode",           "approximate flag",     "layers (L)",
+    "logical experts (E)",   "physical experts (P)", "top_k",
+    "window (passes)",       "placement versions",   "logical counts",
+    "physical counts",       "tokens per pass",      "decayed logical loads",
+    "decayed physical loads"};
 
 std::vector<std::int64_t> header_of(const Snapshot& s) {
   return {std::int64_t(s.mode),
@@ -23,6 +26,10 @@ std::vector<std::int64_t> header_of(const Snapshot& s) {
           s.num_physical_experts,
           s.top_k,
           s.window_size(),
+          std::int64_t(s.placement_versions.size()),
+          std::int64_t(s.logical_counts.size()),
+          std::int64_t(s.physical_counts.size()),
+          std::int64_t(s.pass_num_tokens.size()),
           std::int64_t(s.decayed_logical_load.size()),
           std::int64_t(s.decayed_physical_load.size())};
 }
@@ -48,7 +55,7 @@ void check_same_window(const Snapshot& local, Collective& group) {
     window.push_back(std::bit_cast<std::int64_t>(version));
   }
   const std::vector<std::int64_t> all = group.gather(window);
-  const std::size_t width = window.size();  // the same on every rank: the headers agree
+  const std::size_t width = window.size();  // the same on every rank: the headers agreed
   const auto w = std::size_t(local.window_size());
   for (int rank = 1; rank < group.size(); ++rank) {
     for (std::size_t i = 0; i < width; ++i) {

@@ -134,6 +134,17 @@ TEST(AllreduceSnapshot, RanksWithDifferentPassIdsOrModelsAllFail) {
             std::string::npos)
       << models[0];
 
+  // A rank whose arrays are not the others' lengths fails everywhere before any sum.
+  const auto lengths = errors_on_threads(3, [](int rank) {
+    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
+    if (rank == 2) s.physical_counts.pop_back();
+    return s;
+  });
+  EXPECT_EQ(lengths[0], lengths[2]);
+  EXPECT_NE(lengths[1].find("rank 2 has physical counts 239 where rank 0 has 240"),
+            std::string::npos)
+      << lengths[1];
+
   const auto modes = errors_on_threads(2, [](int rank) {
     return record_ranks({rank}, rank == 0 ? RecordMode::kStat : RecordMode::kPerPass, 3);
   });
