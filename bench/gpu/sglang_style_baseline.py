@@ -35,51 +35,20 @@ def skewed_ids(tokens, dtype, generator):
     return ids.to(dtype).cuda()
 
 
-def graph_us_per_layer(record, ids):
-    data = torch.zeros(LAYERS, EXPERTS, dtype=torch.int32, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up outside capture, as torch requires
-        for layer in range(LAYERS):
-            record(data, layer, ids[layer])
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for layer in range(LAYERS):
-            record(data, layer, ids[layer])
-    data.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    expected = torch.stack([torch.bincount(i.flatten()[i.flatten() >= 0].long(), minlength=EXPERTS)
-                            for i in ids]).to(torch.int32)
-    exact = bool(torch.equal(data, expected))
-    for _ in range(5):
-        graph.replay()
-    times = []
-    for _ in range(REPLAYS):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) * 1000.0)
-    times.sort()
-    return times[len(times) // 2] / LAYERS, exact
-
-
-def trivial_node_us():
-    """What one trivial torch op (x.add_(1)) costs as a node of a graph of 58, as
-    ../shared/bench/sglang_baseline.py measures "one empty graph node"."""
-    x = torch.zeros(1, device="cuda")
+def captured(body):
+    """A CUDA graph of body(), warmed up on a side stream first, as torch requires."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        x.add_(1)
+        body()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(LAYERS):
-            x.add_(1)
+        body()
+    return graph
+
+
+def median_replay_us_per_layer(graph):
     for _ in range(5):
         graph.replay()
     times = []
@@ -92,6 +61,35 @@ def trivial_node_us():
         times.append(start.elapsed_time(stop) * 1000.0)
     times.sort()
     return times[len(times) // 2] / LAYERS
+
+
+def graph_us_per_layer(record, ids):
+    data = torch.zeros(LAYERS, EXPERTS, dtype=torch.int32, device="cuda")
+
+    def record_all_layers():
+        for layer in range(LAYERS):
+            record(data, layer, ids[layer])
+
+    graph = captured(record_all_layers)
+    data.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.stack([torch.bincount(i.flatten()[i.flatten() >= 0].long(), minlength=EXPERTS)
+                            for i in ids]).to(torch.int32)
+    exact = bool(torch.equal(data, expected))
+    return median_replay_us_per_layer(graph), exact
+
+
+def trivial_node_us():
+    """What one trivial torch op (x.add_(1)) costs as a node of a graph of 58, as
+    ../shared/bench/sglang_baseline.py measures "one empty graph node"."""
+    x = torch.zeros(1, device="cuda")
+
+    def add_in_every_layer():
+        for _ in range(LAYERS):
+            x.add_(1)
+
+    return median_replay_us_per_layer(captured(add_in_every_layer))
 
 
 def eager_host_us_per_layer(record, ids):

@@ -2,7 +2,10 @@
 // its own tokens (data parallel), so the cluster-wide counts are known in advance.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <moestat/record/cpu_recorder.hpp>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -47,6 +50,40 @@ inline Snapshot record_ranks(const std::vector<int>& ranks, RecordMode mode,
     recorder.end_pass();
   }
   return recorder.snapshot();
+}
+
+/// Ranks 0 .. num_ranks - 1.
+inline std::vector<int> ranks_below(int num_ranks) {
+  std::vector<int> ranks(static_cast<std::size_t>(num_ranks));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+/// Expects `reduced` (one rank's reduction of every rank's recording) to hold what one recorder
+/// of all their tokens holds: equal counts, decayed loads equal up to rounding.
+inline void expect_cluster_counts(const Snapshot& reduced, const Snapshot& whole) {
+  EXPECT_EQ(reduced.logical_counts, whole.logical_counts);
+  EXPECT_EQ(reduced.physical_counts, whole.physical_counts);
+  EXPECT_EQ(reduced.pass_num_tokens, whole.pass_num_tokens);
+  EXPECT_EQ(reduced.dropped_ids, whole.dropped_ids);
+  EXPECT_EQ(reduced.pass_ids, whole.pass_ids);
+  const auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-9) << i;
+  };
+  expect_near(reduced.decayed_logical_load, whole.decayed_logical_load);
+  expect_near(reduced.decayed_physical_load, whole.decayed_physical_load);
+}
+
+/// The per-token physical ids of ranks 0 .. num_ranks - 1 (num_passes passes each), in
+/// rank order: what a reduction of their traces holds.
+inline std::vector<std::int32_t> traced_ids_in_rank_order(int num_ranks, std::int64_t num_passes) {
+  std::vector<std::int32_t> ids;
+  for (int rank = 0; rank < num_ranks; ++rank) {
+    const Snapshot local = record_ranks({rank}, RecordMode::kPerToken, num_passes);
+    ids.insert(ids.end(), local.token_physical_ids.begin(), local.token_physical_ids.end());
+  }
+  return ids;
 }
 
 }  // namespace moestat::test

@@ -44,12 +44,8 @@ TEST(AllreduceSnapshot, CountsEqualOneRecorderThatSawEveryRanksTokens) {
     const auto results =
         reduce_on_threads(3, [&](int rank) { return record_ranks({rank}, mode, 5); });
     for (const Snapshot& reduced : results) {
-      EXPECT_EQ(reduced.logical_counts, whole.logical_counts);
-      EXPECT_EQ(reduced.physical_counts, whole.physical_counts);
-      EXPECT_EQ(reduced.pass_num_tokens, whole.pass_num_tokens);
-      EXPECT_EQ(reduced.dropped_ids, whole.dropped_ids);
+      expect_cluster_counts(reduced, whole);
       EXPECT_GT(reduced.dropped_ids, 0);
-      EXPECT_EQ(reduced.pass_ids, whole.pass_ids);
       EXPECT_EQ(reduced.num_passes, 5);
       EXPECT_EQ(reduced, results[0]);  // every rank gets the same snapshot
     }
@@ -60,13 +56,8 @@ TEST(AllreduceSnapshot, DecayedLoadsAddUp) {
   const Snapshot whole = record_ranks({0, 1, 2}, RecordMode::kDecayed, 6);
   const auto results =
       reduce_on_threads(3, [](int rank) { return record_ranks({rank}, RecordMode::kDecayed, 6); });
-  ASSERT_EQ(results[1].decayed_logical_load.size(), whole.decayed_logical_load.size());
-  for (std::size_t i = 0; i < whole.decayed_logical_load.size(); ++i) {
-    EXPECT_NEAR(results[1].decayed_logical_load[i], whole.decayed_logical_load[i], 1e-9);
-  }
-  for (std::size_t i = 0; i < whole.decayed_physical_load.size(); ++i) {
-    EXPECT_NEAR(results[1].decayed_physical_load[i], whole.decayed_physical_load[i], 1e-9);
-  }
+  EXPECT_FALSE(whole.decayed_logical_load.empty());
+  for (const Snapshot& reduced : results) expect_cluster_counts(reduced, whole);
 }
 
 TEST(AllreduceSnapshot, PerTokenTracesAreConcatenatedInRankOrder) {
