@@ -38,18 +38,7 @@ LoadWindow load_window_from_json(std::string_view text) {
                   values[i]);
   }
 
-  LoadWindow out;
-  out.has_window_axis = depth == 3;
-  const std::size_t matrix_size = std::size_t(num_layers * num_experts);
-  for (std::int64_t pass = 0; pass < num_passes; ++pass) {
-    ExpertLoads loads;
-    loads.num_layers = num_layers;
-    loads.num_experts = num_experts;
-    const auto first = values.begin() + std::ptrdiff_t(std::size_t(pass) * matrix_size);
-    loads.values.assign(first, first + std::ptrdiff_t(matrix_size));
-    out.passes.push_back(std::move(loads));
-  }
-  return out;
+  return split_window(num_layers, num_experts, std::span<const double>(values), depth == 3);
 }
 
 }  // namespace moestat::plan

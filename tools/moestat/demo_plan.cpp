@@ -9,16 +9,12 @@ namespace {
 
 /// Logical counts of passes [first, last) of the window, one load matrix per pass.
 plan::LoadWindow window_of(const Snapshot& snapshot, std::int64_t first, std::int64_t last) {
-  plan::LoadWindow window;
-  window.has_window_axis = true;
-  const std::int64_t size = snapshot.num_layers * snapshot.num_logical_experts;
-  for (std::int64_t pass = first; pass < last; ++pass) {
-    plan::ExpertLoads loads{snapshot.num_layers, snapshot.num_logical_experts, {}};
-    loads.values.assign(snapshot.logical_counts.begin() + pass * size,
-                        snapshot.logical_counts.begin() + (pass + 1) * size);
-    window.passes.push_back(std::move(loads));
-  }
-  return window;
+  const auto size = std::size_t(snapshot.num_layers * snapshot.num_logical_experts);
+  return plan::split_window(
+      snapshot.num_layers, snapshot.num_logical_experts,
+      std::span<const std::int64_t>(snapshot.logical_counts)
+          .subspan(std::size_t(first) * size, std::size_t(last - first) * size),
+      true);
 }
 
 }  // namespace

@@ -7,20 +7,6 @@
 namespace moestat::cli {
 namespace {
 
-/// Logical counts of any format as load matrices, one per pass of the window.
-plan::LoadWindow load_window_of(const io::LogicalCounts& counts) {
-  plan::LoadWindow window;
-  window.has_window_axis = counts.has_window_axis;
-  const std::int64_t size = counts.num_layers * counts.num_experts;
-  for (std::int64_t pass = 0; pass < counts.window_size; ++pass) {
-    plan::ExpertLoads loads{counts.num_layers, counts.num_experts, {}};
-    loads.values.assign(counts.counts.begin() + pass * size,
-                        counts.counts.begin() + (pass + 1) * size);
-    window.passes.push_back(std::move(loads));
-  }
-  return window;
-}
-
 /// Runs `body`, prefixing any moestat::Error with the path (unless it already names it).
 template <typename Body>
 auto naming_path(const std::filesystem::path& path, Body&& body) {
@@ -38,7 +24,9 @@ plan::LoadWindow read_load_file(const std::filesystem::path& path) {
   // JSON through the planners' own reader, which also takes fiddler's expert_popularity;
   // .pt and .safetensors through the io module.
   if (io::detect_file_format(path) != io::FileFormat::kJson) {
-    return load_window_of(io::read_logical_counts(path));
+    const io::LogicalCounts counts = io::read_logical_counts(path);
+    return plan::split_window(counts.num_layers, counts.num_experts,
+                              std::span<const std::int64_t>(counts.counts), counts.has_window_axis);
   }
   return naming_path(path, [&] { return plan::load_window_from_json(io::read_text_file(path)); });
 }

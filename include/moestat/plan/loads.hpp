@@ -38,6 +38,23 @@ struct LoadWindow {
   ExpertLoads total() const;
 };
 
+/// The window of the [W, L, E] row-major `values` (W = values.size() / (L * E)): one load
+/// matrix per pass. Counts of any arithmetic type (int64 from recorders and files, doubles
+/// from JSON statistics).
+template <typename T>
+LoadWindow split_window(std::int64_t num_layers, std::int64_t num_experts,
+                        std::span<const T> values, bool has_window_axis) {
+  LoadWindow window;
+  window.has_window_axis = has_window_axis;
+  const auto size = static_cast<std::size_t>(num_layers * num_experts);
+  for (std::size_t first = 0; first + size <= values.size() && size > 0; first += size) {
+    window.passes.push_back({num_layers, num_experts,
+                             std::vector<double>(values.begin() + std::ptrdiff_t(first),
+                                                 values.begin() + std::ptrdiff_t(first + size))});
+  }
+  return window;
+}
+
 /// Parses `{"logical_count": [L][E] or [W][L][E]}` (SGLang; integers or floats, as SGLang's
 /// published statistics hold) or `{"expert_popularity": [L][E]}` (fiddler's Mixtral
 /// statistics). moestat::Error naming the problem (missing key, ragged rows, negative or
