@@ -27,8 +27,8 @@ void sift_down(std::uint64_t* heap, std::size_t n, std::size_t i, Above above) {
   heap[i] = value;
 }
 
-std::uint64_t pack_key(float load, std::int32_t pack) {
-  return std::uint64_t(std::bit_cast<std::uint32_t>(load)) << 32 | std::uint32_t(pack);
+std::uint64_t heap_key(float value, std::int32_t index) {
+  return std::uint64_t(std::bit_cast<std::uint32_t>(value)) << 32 | std::uint32_t(index);
 }
 
 /// Orders the items of balanced_packing heaviest first, as PyTorch's sort leaves them.
@@ -40,11 +40,13 @@ std::uint64_t pack_key(float load, std::int32_t pack) {
 /// introsort itself runs. An empty `identity` makes every item distinct.
 void order_heaviest_first(std::span<const float> weight, std::span<const std::int32_t> identity,
                           DeepseekScratch& s) {
-  const auto num_items = std::int32_t(weight.size());
-  s.sorted.resize(weight.size());
-  for (std::int32_t i = 0; i < num_items; ++i) {
-    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
-  }
+  const auto items_in_index_order = [&] {
+    s.sorted.resize(weight.size());
+    for (std::size_t i = 0; i < weight.size(); ++i) {
+      s.sorted[i] = {std::bit_cast<std::uint32_t>(weight[i]), std::int32_t(i)};
+    }
+  };
+  items_in_index_order();
   radix_sort_descending(s.sorted, s.sort_spare);
   bool distinct_ties = false;
   for (std::size_t i = 1; i < s.sorted.size() && !distinct_ties; ++i) {
@@ -53,9 +55,7 @@ void order_heaviest_first(std::span<const float> weight, std::span<const std::in
                                                                identity[std::size_t(b.item)]);
   }
   if (!distinct_ties) return;
-  for (std::int32_t i = 0; i < num_items; ++i) {
-    s.sorted[std::size_t(i)] = {std::bit_cast<std::uint32_t>(weight[std::size_t(i)]), i};
-  }
+  items_in_index_order();  // the introsort's order of ties depends on where it starts
   std::sort(s.sorted.begin(), s.sorted.end(),
             [](const KeyedItem& a, const KeyedItem& b) { return a.key > b.key; });
 }
@@ -83,7 +83,7 @@ void balanced_packing(std::span<const float> weight, std::span<const std::int32_
   constexpr std::uint64_t kFull = ~std::uint64_t{0};
   const auto n = std::size_t(num_packs);
   s.pack_heap.assign(n + 1, kFull);
-  for (std::int32_t p = 0; p < num_packs; ++p) s.pack_heap[std::size_t(p)] = pack_key(0.0F, p);
+  for (std::int32_t p = 0; p < num_packs; ++p) s.pack_heap[std::size_t(p)] = heap_key(0.0F, p);
   const auto lighter = [](std::uint64_t a, std::uint64_t b) { return a < b; };
   for (const auto& [bits, item] : s.sorted) {
     const std::uint64_t top = s.pack_heap.front();
@@ -92,7 +92,7 @@ void balanced_packing(std::span<const float> weight, std::span<const std::int32_
     const std::int32_t rank = s.pack_items[std::size_t(pack)]++;
     s.rank_in_pack[std::size_t(item)] = rank;
     const float load = std::bit_cast<float>(std::uint32_t(top >> 32)) + std::bit_cast<float>(bits);
-    s.pack_heap.front() = rank + 1 == capacity ? kFull : pack_key(load, pack);
+    s.pack_heap.front() = rank + 1 == capacity ? kFull : heap_key(load, pack);
     sift_down(s.pack_heap.data(), n, 0, lighter);
   }
 }
@@ -107,7 +107,7 @@ void replicate(std::span<const float> weight, std::int32_t num_slots, DeepseekSc
   s.mlog_count.assign(weight.size(), 1);
   if (num_slots == num_experts) return;
   // Max-heap of (load / replicas, then the lower index): the index is stored complemented.
-  const auto key = [](float load, std::int32_t expert) { return pack_key(load, ~expert); };
+  const auto key = [](float load, std::int32_t expert) { return heap_key(load, ~expert); };
   const auto n = weight.size();
   s.heap.assign(n + 1, 0);  // heap[n] = 0: below every real key
   for (std::int32_t e = 0; e < num_experts; ++e)
