@@ -5,6 +5,8 @@
 #include <moestat/error.hpp>
 #include <type_traits>
 
+#include "../record/cuda/cuda_check.hpp"
+
 namespace moestat::dist {
 namespace {
 
@@ -12,15 +14,11 @@ void check(ncclResult_t result, const char* call) {
   MOESTAT_CHECK(result == ncclSuccess, "{} failed: {}", call, ncclGetErrorString(result));
 }
 
-void check(cudaError_t result, const char* call) {
-  MOESTAT_CHECK(result == cudaSuccess, "{} failed: {}", call, cudaGetErrorString(result));
-}
-
 /// A device buffer for one call.
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes) {
-    if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+    if (bytes > 0) MOESTAT_CUDA_CHECK(cudaMalloc(&data_, bytes));
   }
   ~DeviceBuffer() { cudaFree(data_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -42,16 +40,14 @@ template <typename T>
 void sum_on_device(std::span<T> values, ncclComm_t communicator, cudaStream_t stream) {
   if (values.empty()) return;  // the same on every rank: the sizes were checked to agree
   DeviceBuffer buffer(values.size_bytes());
-  check(cudaMemcpyAsync(buffer.get(), values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
-                        stream),
-        "cudaMemcpyAsync");
+  MOESTAT_CUDA_CHECK(cudaMemcpyAsync(buffer.get(), values.data(), values.size_bytes(),
+                                     cudaMemcpyHostToDevice, stream));
   check(ncclAllReduce(buffer.get(), buffer.get(), values.size(), nccl_type<T>(), ncclSum,
                       communicator, stream),
         "ncclAllReduce");
-  check(cudaMemcpyAsync(values.data(), buffer.get(), values.size_bytes(), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  MOESTAT_CUDA_CHECK(cudaMemcpyAsync(values.data(), buffer.get(), values.size_bytes(),
+                                     cudaMemcpyDeviceToHost, stream));
+  MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 /// All ranks' arrays of `width` elements, rank after rank.
@@ -62,18 +58,16 @@ std::vector<T> gather_equal(std::span<const T> local, std::size_t width, int num
   if (width == 0) return out;  // every rank's array is empty (width is the same everywhere)
   DeviceBuffer send(width * sizeof(T));
   DeviceBuffer receive(out.size() * sizeof(T));
-  check(cudaMemsetAsync(send.get(), 0, width * sizeof(T), stream), "cudaMemsetAsync");
+  MOESTAT_CUDA_CHECK(cudaMemsetAsync(send.get(), 0, width * sizeof(T), stream));
   if (!local.empty()) {
-    check(cudaMemcpyAsync(send.get(), local.data(), local.size_bytes(), cudaMemcpyHostToDevice,
-                          stream),
-          "cudaMemcpyAsync");
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(send.get(), local.data(), local.size_bytes(),
+                                       cudaMemcpyHostToDevice, stream));
   }
   check(ncclAllGather(send.get(), receive.get(), width, nccl_type<T>(), communicator, stream),
         "ncclAllGather");
-  check(cudaMemcpyAsync(out.data(), receive.get(), out.size() * sizeof(T), cudaMemcpyDeviceToHost,
-                        stream),
-        "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  MOESTAT_CUDA_CHECK(cudaMemcpyAsync(out.data(), receive.get(), out.size() * sizeof(T),
+                                     cudaMemcpyDeviceToHost, stream));
+  MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return out;
 }
 
