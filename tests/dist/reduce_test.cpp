@@ -23,9 +23,10 @@ std::vector<Snapshot> reduce_on_threads(int num_ranks, const std::function<Snaps
   return results;
 }
 
-/// Each rank's error message (empty where a rank did not throw).
-std::vector<std::string> errors_on_threads(int num_ranks,
-                                           const std::function<Snapshot(int)>& local) {
+/// Expects every one of `num_ranks` ranks reducing `local(rank)` to throw the same error, one
+/// that contains `needle`.
+void expect_every_rank_fails_alike(int num_ranks, const std::function<Snapshot(int)>& local,
+                                   std::string_view needle) {
   std::vector<std::string> messages(static_cast<std::size_t>(num_ranks));
   ThreadGroup group(num_ranks);
   group.run([&](dist::Collective& collective) {
@@ -35,7 +36,18 @@ std::vector<std::string> errors_on_threads(int num_ranks,
       messages[std::size_t(collective.rank())] = error.message();
     }
   });
-  return messages;
+  for (const std::string& message : messages) EXPECT_EQ(message, messages[0]);
+  EXPECT_NE(messages[0].find(needle), std::string::npos) << messages[0];
+}
+
+/// A stat recording of 3 passes by each rank, `change` applied to rank `rank`'s snapshot.
+std::function<Snapshot(int)> with_rank_changed(int changed_rank,
+                                               const std::function<void(Snapshot&)>& change) {
+  return [=](int rank) {
+    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
+    if (rank == changed_rank) change(s);
+    return s;
+  };
 }
 
 TEST(AllreduceSnapshot, CountsEqualOneRecorderThatSawEveryRanksTokens) {
@@ -90,56 +102,30 @@ TEST(AllreduceSnapshot, OneRankIsItsOwnSnapshot) {
 
 TEST(AllreduceSnapshot, RanksWithDifferentWindowsAllFailNamingTheRank) {
   // Rank 2 snapshots one pass later than the others.
-  const auto messages = errors_on_threads(
-      3, [](int rank) { return record_ranks({rank}, RecordMode::kStat, rank == 2 ? 5 : 4); });
-  for (const std::string& message : messages) EXPECT_EQ(message, messages[0]);
-  EXPECT_NE(messages[0].find("rank 2 has window (passes) 5 where rank 0 has 4"), std::string::npos)
-      << messages[0];
+  expect_every_rank_fails_alike(
+      3, [](int rank) { return record_ranks({rank}, RecordMode::kStat, rank == 2 ? 5 : 4); },
+      "rank 2 has window (passes) 5 where rank 0 has 4");
 }
 
 TEST(AllreduceSnapshot, RanksWithDifferentPassIdsOrModelsAllFail) {
-  const auto shifted = errors_on_threads(2, [](int rank) {
-    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
-    if (rank == 1) s.pass_ids[2] = 99;
-    return s;
-  });
-  EXPECT_EQ(shifted[0], shifted[1]);
-  EXPECT_NE(shifted[0].find("rank 1's window row 2 has pass id 99 where rank 0's has 2"),
-            std::string::npos)
-      << shifted[0];
-
-  const auto versions = errors_on_threads(2, [](int rank) {
-    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
-    if (rank == 1) s.placement_versions[0] = 7;
-    return s;
-  });
-  EXPECT_NE(versions[1].find("placement version 7"), std::string::npos) << versions[1];
-
-  const auto models = errors_on_threads(3, [](int rank) {
-    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
-    if (rank == 1) s.num_physical_experts = 24;
-    return s;
-  });
-  EXPECT_EQ(models[2], models[0]);
-  EXPECT_NE(models[0].find("rank 1 has physical experts (P) 24 where rank 0 has 20"),
-            std::string::npos)
-      << models[0];
-
+  expect_every_rank_fails_alike(2, with_rank_changed(1, [](Snapshot& s) { s.pass_ids[2] = 99; }),
+                                "rank 1's window row 2 has pass id 99 where rank 0's has 2");
+  expect_every_rank_fails_alike(
+      2, with_rank_changed(1, [](Snapshot& s) { s.placement_versions[0] = 7; }),
+      "placement version 7");
+  expect_every_rank_fails_alike(
+      3, with_rank_changed(1, [](Snapshot& s) { s.num_physical_experts = 24; }),
+      "rank 1 has physical experts (P) 24 where rank 0 has 20");
   // A rank whose arrays are not the others' lengths fails everywhere before any sum.
-  const auto lengths = errors_on_threads(3, [](int rank) {
-    Snapshot s = record_ranks({rank}, RecordMode::kStat, 3);
-    if (rank == 2) s.physical_counts.pop_back();
-    return s;
-  });
-  EXPECT_EQ(lengths[0], lengths[2]);
-  EXPECT_NE(lengths[1].find("rank 2 has physical counts 239 where rank 0 has 240"),
-            std::string::npos)
-      << lengths[1];
-
-  const auto modes = errors_on_threads(2, [](int rank) {
-    return record_ranks({rank}, rank == 0 ? RecordMode::kStat : RecordMode::kPerPass, 3);
-  });
-  EXPECT_NE(modes[0].find("record mode"), std::string::npos) << modes[0];
+  expect_every_rank_fails_alike(
+      3, with_rank_changed(2, [](Snapshot& s) { s.physical_counts.pop_back(); }),
+      "rank 2 has physical counts 239 where rank 0 has 240");
+  expect_every_rank_fails_alike(
+      2,
+      [](int rank) {
+        return record_ranks({rank}, rank == 0 ? RecordMode::kStat : RecordMode::kPerPass, 3);
+      },
+      "record mode");
 }
 
 }  // namespace

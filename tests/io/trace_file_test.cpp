@@ -169,6 +169,17 @@ TEST(TraceFile, UnusedReserveIsCutWhenTheWriterCloses) {
   EXPECT_EQ(io::read_trace_file(path).chunks.at(0).ids, ids);
 }
 
+TEST(TraceFile, ReserveThatCannotBeAllocatedIsAnErrorNamingTheFile) {
+  ScratchDir dir;
+  // 2^62 bytes: more than any file system here holds.
+  expect_error(
+      [&] {
+        io::TraceWriter(dir.path() / "huge.bin", kHeader,
+                        {.reserve_bytes = std::uint64_t(1) << 62});
+      },
+      {"cannot reserve", "huge.bin"});
+}
+
 TEST(TraceFile, RefusesWhatIsNotATrace) {
   ScratchDir dir;
   const auto path = dir.path() / "bad.bin";
