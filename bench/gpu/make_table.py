@@ -16,17 +16,19 @@ def main(moestat_path, baseline_path):
           f"engine kernel adds {added_empty:.3f} us), begin_pass {ours['begin_pass_us']:.3f} us, "
           f"end_pass {ours['end_pass_us']:.3f} us; a trivial torch node (x.add_(1), FIELD.md's "
           f"\"one empty graph node\") {trivial:.3f} us (same run)\n")
-    print("| dtype | tokens | moestat us/layer | x empty node | x trivial torch node | added after an engine kernel us "
+    print("| dtype | tokens | moestat us/layer | x empty node | x trivial torch node | with a device valid count us "
+          "| added after an engine kernel us "
           "(x an added empty node) | direct / block us (serialized launch) | flag off us "
           "| SGLang-style us/layer (masked / clamped) | speed-up vs SGLang | eager host us/call "
           "(moestat / SGLang) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in ours["rows"]:
         base = baseline[(row["dtype"], row["tokens"])]
         best = min(base["masked_scatter"]["graph_us"], base["clamped_scatter"]["graph_us"])
         print(f"| {row['dtype']} | {row['tokens']} | {row['record_us']:.3f} "
               f"| {row['record_us'] / empty:.2f} "
               f"| {row['record_us'] / trivial:.2f} "
+              f"| {row['record_device_count_us']:.3f} "
               f"| {row['added_record_us']:.3f} ({row['added_record_us'] / added_empty:.2f}) "
               f"| {row['direct_atomics_us']:.2f} / {row['block_histogram_us']:.2f} "
               f"({row['direct_atomics_serialized_us']:.2f} / "

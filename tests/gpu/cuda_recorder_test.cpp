@@ -88,8 +88,11 @@ TEST(CudaRecorder, EveryPathEqualsCpuRecorder) {
         ++pass_id;
         for (std::int64_t layer : {3, 17, 60}) {
           const auto ids = random_ids(rng, num_tokens, 8, topology.num_physical_experts);
+          // Layer 3 cuts the batch with a host count, layer 17 with a device count; layer 60
+          // counts every row (the kernels' unchecked path).
           const std::int64_t valid =
-              std::uniform_int_distribution<std::int64_t>(0, num_tokens)(rng);
+              layer == 60 ? num_tokens
+                          : std::uniform_int_distribution<std::int64_t>(0, num_tokens)(rng);
           const bool device_count = layer == 17;
           if (int64_ids) {
             record_both<std::int64_t>(cpu, gpu, layer, ids, num_tokens, 8, layout, valid,

@@ -46,8 +46,10 @@ struct DeviceState {
   long long trace_descriptors;        ///< Descriptors ever written.
   long long trace_pending_first;      ///< Ring position of the ending pass's first token.
   long long trace_pending_count;      ///< Tokens of the ending pass to copy.
-  std::int32_t recording;             ///< Latched for the open pass: hooks read this.
-  std::int32_t placement_buffer;      ///< Latched for the open pass.
+  /// Latched for the open pass: every thread of every hook reads this. A cache line of its
+  /// own keeps those loads from waiting behind the atomics on the open pass's tallies above.
+  alignas(128) std::int32_t recording;
+  std::int32_t placement_buffer;  ///< Latched for the open pass.
 };
 
 /// A drained pass as the writer thread finds it in the host descriptor ring.

@@ -8,13 +8,24 @@
 
 namespace moestat::record::cuda::detail {
 
-/// Start of every kernel launched with launch_kernel: lets the next kernel on the stream be
-/// scheduled (it waits for this one's results itself), then waits until the kernels before
-/// this one have finished and their writes are visible. Both are no-ops under an ordinary
-/// launch. Nothing written by an earlier kernel may be read before this call.
-__device__ __forceinline__ void overlap_launch_with_predecessor() {
+/// Lets the next kernel on the stream be scheduled (it waits for this one's results itself).
+/// A no-op under an ordinary launch.
+__device__ __forceinline__ void allow_dependent_launch() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/// Waits until the kernels before this one have finished and their writes are visible.
+/// Nothing written by an earlier kernel may be read before this call. A no-op under an
+/// ordinary launch.
+__device__ __forceinline__ void wait_for_predecessor() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+/// Start of a kernel launched with launch_kernel that has nothing to do before its inputs
+/// are ready.
+__device__ __forceinline__ void overlap_launch_with_predecessor() {
+  allow_dependent_launch();
+  wait_for_predecessor();
 }
 
 /// Launches `kernel`, as a programmatic dependent launch when `launch` is kOverlapped

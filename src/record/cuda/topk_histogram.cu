@@ -4,9 +4,11 @@
 // - direct atomics (decode sizes): one thread per id, one global atomic per id. At this
 //   size a kernel's cost is its chain of dependent memory round trips, so every load (flag,
 //   valid count, id) is issued before any is used, and there is no shared-memory stage.
-// - block histogram (prefill sizes): each block tallies its share of the ids into per-warp
-//   shared-memory copies (skewed routing makes one copy contend), sums them and adds one
-//   global atomic per non-zero bin.
+// - block histogram (prefill sizes): each block tallies 1024 ids into a few shared-memory
+//   copies of the histogram, sums them and adds one global atomic per non-zero bin. What
+//   reads nothing the kernel before writes (clearing the copies, prefetching the ids into
+//   L2) runs before the wait on that kernel, and a batch with no device count skips the
+//   per-vector bound check.
 // Either way block b adds to copy b % kPassCopies of the open pass, so a hot expert's
 // counter takes at most 1/kPassCopies of the blocks' atomics; end_pass folds the copies.
 // bench/gpu measures both algorithms at every size.
@@ -21,13 +23,17 @@ namespace moestat::record::cuda {
 namespace {
 
 constexpr int kDirectThreads = 256;
-constexpr int kBlockThreads = 256;
-constexpr int kBlockWarps = kBlockThreads / 32;
-constexpr int kVectorsPerThread = 2;  // 16-byte loads in flight per thread per round
-constexpr int kMaxBlocks = 128;
-// Up to this many ids (2048 tokens of top-8) the direct kernel wins on an H200 (bench/gpu
+// A block histogram block takes 1024 ids: one 16-byte vector per thread.
+template <typename Id>
+constexpr int kBlockThreads = 1024 / (16 / int(sizeof(Id)));
+// The threads of a block share this many histograms: fewer copies are quicker to clear and
+// sum, which outweighs the contention they add (bench/gpu, 2026-11-30).
+constexpr int kSharedCopies = 4;
+// Enough blocks for a million ids (131072 top-8 rows) in one round; larger batches loop.
+constexpr int kMaxBlocks = 1024;
+// Up to this many ids (1024 tokens of top-8) the direct kernel wins on an H200 (bench/gpu
 // measures both algorithms at every size).
-constexpr std::int64_t kDirectMaxIds = 16384;
+constexpr std::int64_t kDirectMaxIds = 8192;
 
 /// Id number `index` in row-major order; a contiguous matrix needs no 64-bit division.
 template <typename Id, bool kContiguous>
@@ -38,10 +44,11 @@ __device__ __forceinline__ Id load_id(const IdMatrix& ids, long long index) {
   return static_cast<const Id*>(ids.data)[row * ids.row_stride + column * ids.column_stride];
 }
 
+/// Whether `id` is an expert slot in [0, num_bins): one 32-bit compare for int32 ids.
 template <typename Id>
-__device__ __forceinline__ bool in_range(Id id, long long num_bins) {
-  return static_cast<unsigned long long>(static_cast<long long>(id)) <
-         static_cast<unsigned long long>(num_bins);
+__device__ __forceinline__ bool in_range(Id id, int num_bins) {
+  if constexpr (sizeof(Id) == 4) return static_cast<unsigned>(id) < static_cast<unsigned>(num_bins);
+  return static_cast<unsigned long long>(id) < static_cast<unsigned long long>(num_bins);
 }
 
 /// Copy blockIdx.x % kPassCopies (= target.num_copies) of the layer's counts.
@@ -64,7 +71,7 @@ __global__ void __launch_bounds__(kDirectThreads)
   if (index == 0) atomicMax(target.pass_num_tokens, rows);
   unsigned dropped = 0;
   if (index < rows * ids.num_columns) {
-    if (in_range(id, target.num_physical_experts)) {
+    if (in_range(id, static_cast<int>(target.num_physical_experts))) {
       atomicAdd(&block_counts(target)[static_cast<long long>(id)], 1);
     } else {
       dropped = id != Id(-1);
@@ -73,96 +80,111 @@ __global__ void __launch_bounds__(kDirectThreads)
   detail::add_warp_tally(target.dropped_ids, dropped);
 }
 
+/// Adds `id` to the block's shared histogram, or to the dropped tally when it is neither a
+/// slot nor the -1 of padding.
 template <typename Id>
-__device__ __forceinline__ void tally(Id id, bool counted, long long num_bins, int* histogram,
-                                      unsigned& dropped) {
-  if (!counted) return;
+__device__ __forceinline__ void tally(Id id, int num_bins, int* histogram, unsigned& dropped) {
   if (in_range(id, num_bins)) {
-    atomicAdd(&histogram[static_cast<long long>(id)], 1);
+    atomicAdd(&histogram[static_cast<int>(id)], 1);
   } else {
     dropped += id != Id(-1);
   }
 }
 
-template <typename Id, bool kVectorLoads>
-__global__ void __launch_bounds__(kBlockThreads)
-    block_histogram_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
-  extern __shared__ int histograms[];  // [kBlockWarps, P]
-  detail::overlap_launch_with_predecessor();
-  const long long num_bins = target.num_physical_experts;
-  const long long batch_ids = ids.num_rows * ids.num_columns;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+/// Pulls the 128-byte line holding `address` into L2 without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
+}
 
+template <typename Id, bool kVectorLoads, bool kEveryRowValid>
+__global__ void __launch_bounds__(kBlockThreads<Id>)
+    block_histogram_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
+  constexpr int kThreads = kBlockThreads<Id>;
+  constexpr int kThreadsPerCopy = kThreads / kSharedCopies;
+  extern __shared__ int histograms[];  // [kSharedCopies, P]
+  // 32-bit indices: the shared histograms are far smaller than 2^31.
+  const int shared_bins = static_cast<int>(target.num_physical_experts);
+  const long long batch_ids = ids.num_rows * ids.num_columns;
+  const long long stride = static_cast<long long>(gridDim.x) * kThreads;
+  const long long first = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
   using Vector = int4;
   constexpr int kPerVector = 16 / sizeof(Id);
-  const long long num_vectors = batch_ids / kPerVector;
+  constexpr int kThreadsPerLine = 128 / 16;
+  const long long num_vectors = kVectorLoads ? batch_ids / kPerVector : 0;
   const auto* vectors = static_cast<const Vector*>(ids.data);
-  // First round of loads in flight before the flag is known (see direct_atomics_kernel).
-  Vector loaded[kVectorsPerThread];
-  if constexpr (kVectorLoads) {
-#pragma unroll
-    for (int k = 0; k < kVectorsPerThread; ++k) {
-      const long long v = first + k * stride;
-      loaded[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
-    }
-  }
-  const int recording = *target.recording;
-  const long long rows = detail::load_valid_rows(valid, ids.num_rows);
-  if (recording == 0) return;
 
-  // 32-bit indices: the shared histograms are far smaller than 2^31.
-  const int shared_bins = static_cast<int>(num_bins);
-  for (int i = threadIdx.x; i < kBlockWarps * shared_bins; i += blockDim.x) histograms[i] = 0;
+  // Overlapped with the end of the kernel before: work that reads nothing it writes. The
+  // shared histograms are this block's own. The prefetch only moves this thread's first ids
+  // into L2, which every write to device memory passes through, so the loads after the wait
+  // still see what the kernel before wrote; it takes the HBM round trip off the critical
+  // path when the ids are not in L2 already.
+  detail::allow_dependent_launch();
+  for (int i = threadIdx.x; i < kSharedCopies * shared_bins; i += kThreads) histograms[i] = 0;
+  if (kVectorLoads && first < num_vectors && threadIdx.x % kThreadsPerLine == 0) {
+    prefetch_l2(vectors + first);
+  }
+  detail::wait_for_predecessor();
+
+  // The first ids are loaded before the flag is known (see direct_atomics_kernel).
+  Vector loaded = make_int4(-1, -1, -1, -1);
+  if (kVectorLoads && first < num_vectors) loaded = vectors[first];
+  const int recording = *target.recording;
+  const long long rows =
+      kEveryRowValid ? ids.num_rows : detail::load_valid_rows(valid, ids.num_rows);
+  if (recording == 0) return;
   const long long num_ids = rows * ids.num_columns;
   if (blockIdx.x == 0 && threadIdx.x == 0) atomicMax(target.pass_num_tokens, rows);
   __syncthreads();
 
-  int* histogram = histograms + (threadIdx.x / 32) * shared_bins;
+  int* histogram = histograms + (threadIdx.x / kThreadsPerCopy) * shared_bins;
   unsigned dropped = 0;
   if constexpr (kVectorLoads) {
-    for (long long base = first;; base += kVectorsPerThread * stride) {
-      // Issue the next round's loads before tallying this round's.
-      const long long next = base + kVectorsPerThread * stride;
-      Vector upcoming[kVectorsPerThread];
-#pragma unroll
-      for (int k = 0; k < kVectorsPerThread; ++k) {
-        const long long v = next + k * stride;
-        upcoming[k] = v < num_vectors ? vectors[v] : make_int4(-1, -1, -1, -1);
-      }
-#pragma unroll
-      for (int k = 0; k < kVectorsPerThread; ++k) {
-        const long long v = base + k * stride;
-        const Id* lanes = reinterpret_cast<const Id*>(&loaded[k]);
+    // One 16-byte vector per thread per round; a batch larger than the grid takes more.
+    for (long long v = first; v < num_vectors; v += stride) {
+      if (v != first) loaded = vectors[v];
+      const Id* lanes = reinterpret_cast<const Id*>(&loaded);
+      // Only the vector holding the last valid id has lanes past it. Both loops unrolled: an
+      // indexed lane would put the vector in local memory.
+      const long long valid_lanes = num_ids - v * kPerVector;
+      if (kEveryRowValid || valid_lanes >= kPerVector) {
 #pragma unroll
         for (int lane = 0; lane < kPerVector; ++lane) {
-          tally(lanes[lane], v * kPerVector + lane < num_ids, num_bins, histogram, dropped);
+          tally(lanes[lane], shared_bins, histogram, dropped);
+        }
+      } else {
+#pragma unroll
+        for (int lane = 0; lane < kPerVector; ++lane) {
+          if (lane < valid_lanes) tally(lanes[lane], shared_bins, histogram, dropped);
         }
       }
-      if (next >= num_vectors) break;
-#pragma unroll
-      for (int k = 0; k < kVectorsPerThread; ++k) loaded[k] = upcoming[k];
     }
     // A batch that is not a whole number of vectors leaves a tail of single ids.
     const long long tail = num_vectors * kPerVector + first;
     if (tail < num_ids) {
-      tally(static_cast<const Id*>(ids.data)[tail], true, num_bins, histogram, dropped);
+      tally(static_cast<const Id*>(ids.data)[tail], shared_bins, histogram, dropped);
     }
   } else {
     for (long long i = first; i < num_ids; i += stride) {
-      tally(load_id<Id, false>(ids, i), true, num_bins, histogram, dropped);
+      tally(load_id<Id, false>(ids, i), shared_bins, histogram, dropped);
     }
   }
   detail::add_warp_tally(target.dropped_ids, dropped);
   __syncthreads();
 
   int* counts = block_counts(target);
-  for (int bin = threadIdx.x; bin < shared_bins; bin += blockDim.x) {
+  for (int bin = threadIdx.x; bin < shared_bins; bin += kThreads) {
     int sum = 0;
 #pragma unroll
-    for (int warp = 0; warp < kBlockWarps; ++warp) sum += histograms[warp * shared_bins + bin];
+    for (int copy = 0; copy < kSharedCopies; ++copy) sum += histograms[copy * shared_bins + bin];
     if (sum != 0) atomicAdd(&counts[bin], sum);
   }
+}
+
+/// The block-histogram kernel for one id type and id layout.
+template <typename Id, bool kVectorLoads>
+auto block_histogram_for(bool every_row_valid) {
+  return every_row_valid ? block_histogram_kernel<Id, kVectorLoads, true>
+                         : block_histogram_kernel<Id, kVectorLoads, false>;
 }
 
 bool is_aligned(const void* pointer, std::size_t alignment) {
@@ -190,15 +212,19 @@ void launch_typed(const FusedRecordTarget& target, const IdMatrix& ids, const Va
   }
   const bool vector_loads =
       ids.column_stride == 1 && ids.row_stride == ids.num_columns && is_aligned(ids.data, 16);
-  const std::int64_t per_vector = 16 / std::int64_t(sizeof(Id));
-  const std::int64_t ids_per_block = std::int64_t(kBlockThreads) * kVectorsPerThread * per_vector;
+  // Every row counts when no device count can cut the batch: the kernel then skips the bound
+  // checks, which cost up to 0.4 us at 32768 tokens even when they cut nothing.
+  const bool every_row_valid = valid.device_count == nullptr && valid.host_count >= ids.num_rows;
+  constexpr std::int64_t kIdsPerBlock =
+      std::int64_t(kBlockThreads<Id>) * std::int64_t(16 / sizeof(Id));
   const auto blocks = unsigned(
-      std::clamp<std::int64_t>((batch_ids + ids_per_block - 1) / ids_per_block, 1, kMaxBlocks));
+      std::clamp<std::int64_t>((batch_ids + kIdsPerBlock - 1) / kIdsPerBlock, 1, kMaxBlocks));
   const std::size_t shared_bytes =
-      std::size_t(kBlockWarps) * std::size_t(target.num_physical_experts) * sizeof(int);
-  detail::launch_kernel(
-      launch, vector_loads ? block_histogram_kernel<Id, true> : block_histogram_kernel<Id, false>,
-      blocks, kBlockThreads, shared_bytes, stream, target, ids, valid);
+      std::size_t(kSharedCopies) * std::size_t(target.num_physical_experts) * sizeof(int);
+  detail::launch_kernel(launch,
+                        vector_loads ? block_histogram_for<Id, true>(every_row_valid)
+                                     : block_histogram_for<Id, false>(every_row_valid),
+                        blocks, kBlockThreads<Id>, shared_bytes, stream, target, ids, valid);
 }
 
 }  // namespace
