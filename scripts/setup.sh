@@ -14,6 +14,8 @@ packages=(
   libstb-dev chromium
   # the MPI reducer (moestat_mpi) and its three-rank test
   libopenmpi-dev openmpi-bin
+  # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
+  python3-dev python3-numpy python3-pytest python3-pip
 )
 
 missing=()
@@ -31,4 +33,13 @@ if ((${#missing[@]} > 0)); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all build dependencies present"
+fi
+
+# nanobind for the Python package, from PyPI into the project's .deps/python (not into the
+# system's Python, which Debian manages); CMake looks there.
+nanobind_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/python"
+if ! /usr/bin/python3 -c "import sys; sys.path.insert(0, '$nanobind_dir'); import nanobind" 2>/dev/null; then
+  echo "setup: installing nanobind into $nanobind_dir"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --target "$nanobind_dir" \
+    "nanobind>=2.1,<3"
 fi

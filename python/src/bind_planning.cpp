@@ -1,0 +1,151 @@
+// Planners, balance metrics and hot-expert masks on numpy (or torch CPU) load matrices.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <moestat/error.hpp>
+#include <moestat/plan/eplb.hpp>
+#include <moestat/plan/hot_experts.hpp>
+#include <moestat/plan/loads.hpp>
+#include <moestat/plan/metrics.hpp>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+
+namespace moestat::python {
+
+using namespace nb::literals;
+
+namespace {
+
+/// [L, E] loads from any CPU array of numbers.
+plan::ExpertLoads loads_of(const AnyArray& array, std::string_view what) {
+  std::vector<std::int64_t> shape;
+  plan::ExpertLoads loads;
+  loads.values = doubles_of(array, what, shape);
+  MOESTAT_CHECK(shape.size() == 2, "{}: expected [layers, experts], got {} axes", what,
+                shape.size());
+  loads.num_layers = shape[0];
+  loads.num_experts = shape[1];
+  loads.validate();
+  return loads;
+}
+
+/// One [L, E] matrix or a stack [S, L, E] of scenarios.
+std::vector<plan::ExpertLoads> scenarios_of(const AnyArray& array) {
+  std::vector<std::int64_t> shape;
+  const std::vector<double> values = doubles_of(array, "loads", shape);
+  MOESTAT_CHECK(shape.size() == 2 || shape.size() == 3,
+                "loads: expected [layers, experts] or [scenarios, layers, experts], got {} axes",
+                shape.size());
+  const bool stacked = shape.size() == 3;
+  const std::int64_t num_layers = shape[stacked ? 1 : 0];
+  const std::int64_t num_experts = shape[stacked ? 2 : 1];
+  auto window = plan::split_window<double>(num_layers, num_experts, values, stacked);
+  for (const auto& scenario : window.passes) scenario.validate();
+  MOESTAT_CHECK(!window.passes.empty(), "loads: no scenario");
+  return std::move(window.passes);
+}
+
+plan::EplbConfig config_of(std::int64_t num_replicas, std::int64_t num_groups,
+                           std::int64_t num_nodes, std::int64_t num_gpus) {
+  return {.num_replicas = num_replicas,
+          .num_groups = num_groups,
+          .num_nodes = num_nodes,
+          .num_gpus = num_gpus};
+}
+
+nb::dict report_dict(const plan::BalanceReport& report) {
+  nb::dict result;
+  result["num_loaded_layers"] = report.num_loaded_layers;
+  result["balancedness"] = report.balancedness;
+  result["balancedness_sum_ratio"] = report.balancedness_sum_ratio;
+  result["imbalance"] = report.imbalance;
+  result["worst_layer"] = report.worst_layer;
+  result["worst_balancedness"] = report.worst_balancedness;
+  result["layer_balancedness"] =
+      to_numpy(report.layer_balancedness, {report.layer_balancedness.size()});
+  return result;
+}
+
+}  // namespace
+
+void bind_planning(nb::module_& module) {
+  module.def(
+      "plan_deepseek",
+      [](const AnyArray& loads, std::int64_t num_replicas, std::int64_t num_groups,
+         std::int64_t num_nodes, std::int64_t num_gpus) {
+        const plan::ExpertLoads matrix = loads_of(loads, "loads");
+        nb::gil_scoped_release unlocked;
+        return plan::plan_deepseek(matrix,
+                                   config_of(num_replicas, num_groups, num_nodes, num_gpus));
+      },
+      "loads"_a, "num_replicas"_a, "num_groups"_a, "num_nodes"_a, "num_gpus"_a,
+      "DeepSeek's EPLB (eplb.py rebalance_experts), reproduced exactly, on [layers, experts] "
+      "loads; returns a Placement. num_replicas: physical slots per layer (a multiple of "
+      "num_gpus); num_groups divides the experts; num_nodes divides num_gpus. Hierarchical "
+      "when num_groups % num_nodes == 0, else global, as eplb.py decides.");
+  module.def(
+      "plan_moestat",
+      [](const AnyArray& loads, std::int64_t num_replicas, std::int64_t num_groups,
+         std::int64_t num_nodes, std::int64_t num_gpus, const std::string& objective,
+         std::int64_t max_moves_per_layer) {
+        const std::vector<plan::ExpertLoads> scenarios = scenarios_of(loads);
+        MOESTAT_CHECK(objective == "expected" || objective == "worst_case",
+                      "objective: '{}' is neither 'expected' nor 'worst_case'", objective);
+        const plan::MoestatPlanOptions options{
+            .objective = objective == "expected" ? plan::ScenarioObjective::kExpected
+                                                 : plan::ScenarioObjective::kWorstCase,
+            .max_moves_per_layer = max_moves_per_layer};
+        nb::gil_scoped_release unlocked;
+        return plan::plan_moestat(
+            scenarios, config_of(num_replicas, num_groups, num_nodes, num_gpus), options);
+      },
+      "loads"_a, "num_replicas"_a, "num_groups"_a, "num_nodes"_a, "num_gpus"_a, nb::kw_only(),
+      "objective"_a = "expected", "max_moves_per_layer"_a = 0,
+      "moestat's planner: the same constraints as plan_deepseek, never worse in-sample on one "
+      "[layers, experts] matrix; a stack [scenarios, layers, experts] is planned for all "
+      "of them (objective 'expected' or 'worst_case'). Returns a Placement.");
+  module.def(
+      "evaluate_placement",
+      [](const AnyArray& loads, const Placement& placement, std::int64_t num_gpus) {
+        return report_dict(plan::evaluate_placement(loads_of(loads, "loads"), placement, num_gpus));
+      },
+      "loads"_a, "placement"_a, "num_gpus"_a,
+      "Balance of placement under [layers, experts] loads over num_gpus GPUs: a dict of "
+      "balancedness (SGLang's mean/max), balancedness_sum_ratio (vLLM's), imbalance "
+      "(TensorRT-LLM's), worst_layer, worst_balancedness and layer_balancedness [L]. Layers "
+      "without load are left out of the means.");
+  module.def(
+      "expert_gini",
+      [](const AnyArray& loads) { return plan::mean_expert_gini(loads_of(loads, "loads")); },
+      "loads"_a, "Mean over loaded layers of the Gini coefficient of the experts' loads.");
+  module.def(
+      "hot_expert_mask",
+      [](const AnyArray& loads, std::int64_t per_layer, const std::string& strategy,
+         std::uint64_t seed) {
+        const plan::ExpertLoads matrix = loads_of(loads, "loads");
+        const plan::HotExpertMask mask = plan::choose_hot_experts(
+            matrix, plan::hot_expert_budget_per_layer(matrix, per_layer),
+            {.strategy = plan::parse_hot_expert_strategy(strategy), .seed = seed});
+        return to_numpy_bool(mask.on_gpu,
+                             {std::size_t(mask.num_layers), std::size_t(mask.num_experts)});
+      },
+      "loads"_a, "gpu_experts_per_layer"_a, nb::kw_only(), "strategy"_a = "layer-balanced",
+      "seed"_a = 0,
+      "Which experts live on the GPU in CPU/GPU hybrid inference: [layers, experts] bool, "
+      "True = GPU, with gpu_experts_per_layer x MoE layers GPU experts in all. strategy: "
+      "'uniform', 'front-loading', 'random', 'frequency' (KTransformers') or "
+      "'layer-balanced'.");
+  module.def(
+      "hot_expert_hit_rate",
+      [](const AnyArray& loads, const AnyArray& mask) {
+        std::vector<std::int64_t> shape;
+        const std::vector<double> values = doubles_of(mask, "mask", shape);
+        std::vector<std::uint8_t> on_gpu(values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) on_gpu[i] = values[i] != 0.0;
+        return plan::hot_expert_hit_rate(loads_of(loads, "loads"), on_gpu);
+      },
+      "loads"_a, "mask"_a, "Share of the assignments served by experts the mask puts on the GPU.");
+}
+
+}  // namespace moestat::python

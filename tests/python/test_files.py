@@ -1,0 +1,56 @@
+"""Files through Python: every format round-trips, SGLang dumps read back, bad files fail."""
+import numpy as np
+import pytest
+
+import moestat
+from conftest import random_topk
+
+
+@pytest.mark.parametrize("extension", [".pt", ".json", ".safetensors"])
+def test_logical_counts_round_trip(tmp_path, rng, extension):
+    counts = rng.integers(0, 1000, size=(3, 4, 8))
+    path = tmp_path / f"counts{extension}"
+    moestat.write_logical_counts(path, counts)
+    np.testing.assert_array_equal(moestat.read_logical_counts(path), counts)
+    moestat.write_logical_counts(path, counts[0])
+    np.testing.assert_array_equal(moestat.read_logical_counts(path), counts[0])
+
+
+@pytest.mark.parametrize("extension", [".pt", ".json", ".safetensors"])
+def test_placement_round_trip(tmp_path, extension):
+    placement = moestat.Placement(np.array([[0, 1, 2, 0], [2, 1, 0, 1]]))
+    path = tmp_path / f"placement{extension}"
+    moestat.write_placement(path, placement)
+    again = moestat.read_placement(path)
+    np.testing.assert_array_equal(again.physical_to_logical, placement.physical_to_logical)
+    assert moestat.file_format(path) == extension[1:]
+
+
+def test_sglang_dump_of_a_recording_reads_back(tmp_path, rng):
+    topology = moestat.ModelTopology.uniform(num_layers=2, num_experts=8, top_k=2)
+    recorder = moestat.CpuRecorder(topology, mode="per_pass")
+    recorder.start()
+    for pass_id in range(3):
+        recorder.begin_pass(pass_id)
+        recorder.record_topk(0, random_topk(rng, 10, 8, 2))
+        recorder.record_topk(1, random_topk(rng, 10, 8, 2))
+        recorder.end_pass()
+    snapshot = recorder.snapshot()
+    path = moestat.write_sglang_dump(snapshot, moestat.Placement.trivial(2, 8, 8), rank=0,
+                                     directory=tmp_path)
+    assert path.parent == tmp_path and path.name.startswith("expert_distribution_recorder_")
+    np.testing.assert_array_equal(moestat.read_logical_counts(path), snapshot.logical_counts)
+
+
+def test_malformed_and_missing_files_name_the_path(tmp_path):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(moestat.Error, match="broken.pt"):
+        moestat.read_logical_counts(broken)
+    with pytest.raises(moestat.Error, match="missing.json"):
+        moestat.read_logical_counts(tmp_path / "missing.json")
+    with pytest.raises(moestat.Error, match="not a non-negative integer"):
+        moestat.write_logical_counts(tmp_path / "c.json", np.array([[1.5, 2.0]]))
+    with pytest.raises(moestat.Error):
+        moestat.write_logical_counts(tmp_path / "no-such-dir" / "c.pt", np.ones((2, 2), dtype=np.int64))
+    assert not (tmp_path / "c.json").exists()
