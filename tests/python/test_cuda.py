@@ -1,0 +1,92 @@
+"""CudaRecorder through Python with torch CUDA tensors: eager hooks, and a pass captured in a
+torch CUDA graph and replayed with a changing device-side valid-token count. Skipped without a
+CUDA build, torch or a GPU (run on a GPU machine)."""
+import numpy as np
+import pytest
+
+import moestat
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not (moestat.has_cuda and torch.cuda.is_available()),
+                                reason="needs moestat's CUDA recorder and a GPU")
+
+LAYERS, EXPERTS, TOP_K, TOKENS = 4, 64, 8, 300
+
+
+def routed(generator):
+    """[TOKENS, TOP_K] distinct experts per token, on the GPU."""
+    scores = torch.rand(TOKENS, EXPERTS, generator=generator)
+    return scores.argsort(dim=1)[:, :TOP_K].to(torch.int32).cuda()
+
+
+def test_eager_hooks_equal_the_cpu_recorder():
+    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
+    gpu = moestat.CudaRecorder(topology, window_size=10)
+    cpu = moestat.CpuRecorder(topology, window_size=10)
+    generator = torch.Generator().manual_seed(1)
+    stream = torch.cuda.current_stream()
+    gpu.set_stream(stream.cuda_stream)
+    for recorder in (gpu, cpu):
+        recorder.start()
+    for step in range(3):
+        gpu.begin_pass(step)
+        cpu.begin_pass(step)
+        for layer in range(LAYERS):
+            ids = routed(generator)
+            if layer == 1:
+                ids = ids.to(torch.int64).t().contiguous().t()  # int64, column-major
+            gpu.record_topk(layer, ids, num_valid_tokens=TOKENS - 7 * layer)
+            cpu.record_topk(layer, ids.cpu(), num_valid_tokens=TOKENS - 7 * layer)
+        gpu.end_pass()
+        cpu.end_pass()
+    stream.synchronize()
+    np.testing.assert_array_equal(gpu.snapshot().logical_counts, cpu.snapshot().logical_counts)
+
+
+def test_a_captured_pass_replays_with_a_device_valid_count():
+    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
+    gpu = moestat.CudaRecorder(topology, window_size=100)
+    generator = torch.Generator().manual_seed(2)
+    ids = [routed(generator) for _ in range(LAYERS)]
+    valid = torch.zeros(1, dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    gpu.set_stream(stream.cuda_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        gpu.begin_pass(0)
+        for layer in range(LAYERS):
+            gpu.record_topk(layer, ids[layer], num_valid_tokens=valid)
+        gpu.end_pass()
+    gpu.start()
+    expected = np.zeros((5, LAYERS, EXPERTS), dtype=np.int64)
+    for step in range(5):
+        rows = 50 * (step + 1)
+        with torch.cuda.stream(stream):
+            valid.fill_(rows)
+            graph.replay()
+        for layer in range(LAYERS):
+            flat = ids[layer][:rows].reshape(-1).cpu().numpy()
+            expected[step, layer] = np.bincount(flat, minlength=EXPERTS)
+    stream.synchronize()
+    snapshot = gpu.snapshot()
+    assert snapshot.window_size == 5
+    np.testing.assert_array_equal(snapshot.logical_counts, expected)
+    assert snapshot.pass_num_tokens.tolist() == [50, 100, 150, 200, 250]
+
+
+def test_sglang_facade_records_cuda_tensors_on_the_current_stream(tmp_path):
+    from moestat.sglang import ExpertDistributionRecorder
+
+    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
+    recorder = ExpertDistributionRecorder(topology, device="cuda", dump_dir=tmp_path)
+    generator = torch.Generator().manual_seed(3)
+    recorder.start_record()
+    expected = np.zeros((LAYERS, EXPERTS), dtype=np.int64)
+    with recorder.with_forward_pass(0):
+        for layer in range(LAYERS):
+            with recorder.with_current_layer(layer):
+                ids = routed(generator)
+                recorder.on_select_experts(ids)
+                expected[layer] = np.bincount(ids.reshape(-1).cpu().numpy(), minlength=EXPERTS)
+    torch.cuda.current_stream().synchronize()
+    np.testing.assert_array_equal(moestat.read_logical_counts(recorder.dump_record())[0], expected)
