@@ -71,11 +71,12 @@ TEST(Cli, HelpListsEverySubcommandWithADescription) {
   EXPECT_TRUE(has_line(run.out, "  inspect ", "Say what a file is")) << run.out;
   EXPECT_TRUE(has_line(run.out, "  convert ", "Convert logical counts")) << run.out;
   EXPECT_TRUE(has_line(run.out, "  report ", "Draw a recording")) << run.out;
+  EXPECT_TRUE(has_line(run.out, "  merge ", "Sum the logical counts")) << run.out;
   EXPECT_TRUE(contains(run.out, "--version"));
 }
 
 TEST(Cli, EverySubcommandHelpHasAnExample) {
-  for (const char* name : {"demo", "inspect", "convert", "report"}) {
+  for (const char* name : {"demo", "inspect", "convert", "report", "merge"}) {
     SCOPED_TRACE(name);
     const CliRun run = run_cli(std::string(name) + " --help");
     EXPECT_EQ(run.code, 0);
@@ -627,6 +628,67 @@ TEST(CliInspect, TraceFileEvenWhileBeingWritten) {
   EXPECT_EQ(doc.at("format"), "trace");
   EXPECT_EQ(doc.at("truncated"), true);
   EXPECT_EQ(doc.at("num_tokens"), 3);
+}
+
+io::LogicalCounts numbered_counts(std::int64_t passes, std::int64_t experts, std::int64_t first) {
+  io::LogicalCounts counts{.window_size = passes,
+                           .num_layers = 2,
+                           .num_experts = experts,
+                           .has_window_axis = true,
+                           .counts = {}};
+  for (std::int64_t i = 0; i < passes * 2 * experts; ++i) counts.counts.push_back(first + i);
+  return counts;
+}
+
+TEST(CliMerge, SumsPassByPassOrTotals) {
+  ScratchDir dir;
+  const io::LogicalCounts rank0 = numbered_counts(2, 3, 0);
+  const io::LogicalCounts rank1 = numbered_counts(2, 3, 100);
+  io::write_logical_counts(dir.path() / "rank0.pt", rank0);
+  io::write_logical_counts(dir.path() / "rank1.json", rank1);
+  const auto out = dir.path() / "cluster.safetensors";
+  const CliRun run = run_cli("merge " + quoted(out) + " " + quoted(dir.path() / "rank0.pt") + " " +
+                             quoted(dir.path() / "rank1.json"));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(contains(run.out, "2 files, 2 passes of 2 layers x 3 experts")) << run.out;
+  io::LogicalCounts expected = rank0;
+  for (std::size_t i = 0; i < expected.counts.size(); ++i) expected.counts[i] += rank1.counts[i];
+  EXPECT_EQ(io::read_logical_counts(out), expected);
+
+  // A third recording with another number of passes adds up only as totals.
+  io::write_logical_counts(dir.path() / "other.json", numbered_counts(3, 3, 7));
+  const auto totals = dir.path() / "totals.json";
+  const CliRun merged = run_cli("merge --totals " + quoted(totals) + " " + quoted(out) + " " +
+                                quoted(dir.path() / "other.json"));
+  ASSERT_EQ(merged.code, 0) << merged.err;
+  EXPECT_TRUE(contains(merged.out, "2 files, totals of 2 layers x 3 experts")) << merged.out;
+  const io::LogicalCounts read = io::read_logical_counts(totals);
+  EXPECT_FALSE(read.has_window_axis);
+  std::vector<std::int64_t> sum = expected.totals();
+  const std::vector<std::int64_t> other = numbered_counts(3, 3, 7).totals();
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += other[i];
+  EXPECT_EQ(read.counts, sum);
+}
+
+TEST(CliMerge, MismatchesExitOneNamingTheFileAndWriteNothing) {
+  ScratchDir dir;
+  io::write_logical_counts(dir.path() / "a.json", numbered_counts(2, 3, 0));
+  io::write_logical_counts(dir.path() / "b.json", numbered_counts(2, 4, 0));
+  io::write_logical_counts(dir.path() / "c.json", numbered_counts(5, 3, 0));
+  const auto out = quoted(dir.path() / "out.pt");
+  const auto a = quoted(dir.path() / "a.json");
+  const CliRun experts = run_cli("merge " + out + " " + a + " " + quoted(dir.path() / "b.json"));
+  EXPECT_EQ(experts.code, 1);
+  EXPECT_TRUE(contains(experts.err, "b.json: 2 layers x 4 experts")) << experts.err;
+  const CliRun passes = run_cli("merge " + out + " " + a + " " + quoted(dir.path() / "c.json"));
+  EXPECT_EQ(passes.code, 1);
+  EXPECT_TRUE(contains(passes.err, "c.json: 5 passes")) << passes.err;
+  EXPECT_TRUE(contains(passes.err, "--totals")) << passes.err;
+  const CliRun missing = run_cli("merge " + out + " " + a + " " + quoted(dir.path() / "d.pt"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_TRUE(contains(missing.err, "d.pt")) << missing.err;
+  EXPECT_EQ(run_cli("merge " + out).code, 2);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"a.json", "b.json", "c.json"}));
 }
 
 }  // namespace

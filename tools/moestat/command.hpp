@@ -27,5 +27,6 @@ std::unique_ptr<Command> make_plan_command();
 std::unique_ptr<Command> make_eval_command();
 std::unique_ptr<Command> make_hot_experts_command();
 std::unique_ptr<Command> make_report_command();
+std::unique_ptr<Command> make_merge_command();
 
 }  // namespace moestat::cli

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
                     moestat::cli::make_convert_command, moestat::cli::make_plan_command,
                     moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command,
-                    moestat::cli::make_report_command}) {
+                    moestat::cli::make_report_command, moestat::cli::make_merge_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -53,6 +53,6 @@ int main(int argc, char** argv) {
   }
   fmt::print(stderr,
              "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts, "
-             "report)\nRun with --help for more information.\n");
+             "report, merge)\nRun with --help for more information.\n");
   return moestat::cli::kExitUsageError;
 }

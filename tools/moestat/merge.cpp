@@ -1,0 +1,94 @@
+// `moestat merge OUT IN...`: one cluster-wide file of logical counts from every rank's dump
+// (the offline counterpart of dist::allreduce_snapshot): counts of the same pass add up.
+#include <fmt/format.h>
+
+#include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
+#include <moestat/io/statistics.hpp>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+
+namespace moestat::cli {
+namespace {
+
+class MergeCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* sub = app.add_subcommand(
+        "merge", "Sum the logical counts of several recordings (one per rank) into one file");
+    sub->add_option("OUT", out_, "The file to write (format from its extension)")->required();
+    sub->add_option("IN", ins_, "The files to add up (formats detected from their contents)")
+        ->required()
+        ->expected(1, -1);
+    sub->add_flag("--totals", totals_,
+                  "Write the sum over every pass, [layers, experts], so that recordings "
+                  "with different numbers of passes can be merged");
+    sub->footer(
+        "Every IN must describe the same model (layers x experts). Without --totals they must\n"
+        "also hold the same passes (each rank's per-pass or stat dump of one run), and pass i\n"
+        "of OUT is the sum of pass i of every IN. OUT is written atomically: .pt as an SGLang\n"
+        "stat dump, .json {\"logical_count\"}, .safetensors. Under tensor parallelism sum one\n"
+        "rank per group of ranks that saw the same tokens (docs/distributed.md).\n"
+        "\n"
+        "Example:\n"
+        "  moestat merge cluster.pt expert_distribution_recorder_1730000000.0_*.pt\n"
+        "  moestat merge --totals all.json monday.pt tuesday.pt");
+    return sub;
+  }
+
+  int run() override {
+    io::format_of_extension(out_);  // a wrong OUT name fails before anything is read
+    io::LogicalCounts merged;
+    std::int64_t assignments = 0;
+    for (std::size_t i = 0; i < ins_.size(); ++i) {
+      io::LogicalCounts part = io::read_logical_counts(ins_[i]);
+      if (totals_) part = totals_of(part);
+      if (i == 0) {
+        merged = std::move(part);
+      } else {
+        add(merged, part, ins_[i]);
+      }
+    }
+    for (const std::int64_t count : merged.counts) assignments += count;
+    io::write_logical_counts(out_, merged);
+    const std::string passes =
+        merged.has_window_axis ? fmt::format("{} passes of ", merged.window_size) : "totals of ";
+    fmt::print("wrote {}: {} files, {}{} layers x {} experts, {} assignments\n", out_, ins_.size(),
+               passes, merged.num_layers, merged.num_experts, assignments);
+    return kExitOk;
+  }
+
+ private:
+  static io::LogicalCounts totals_of(const io::LogicalCounts& counts) {
+    return {.window_size = 1,
+            .num_layers = counts.num_layers,
+            .num_experts = counts.num_experts,
+            .has_window_axis = false,
+            .counts = counts.totals()};
+  }
+
+  /// Adds `part` (read from `path`) to `sum`, after checking they describe the same passes.
+  void add(io::LogicalCounts& sum, const io::LogicalCounts& part, const std::string& path) const {
+    MOESTAT_CHECK(part.num_layers == sum.num_layers && part.num_experts == sum.num_experts,
+                  "{}: {} layers x {} experts, but {} has {} x {}", path, part.num_layers,
+                  part.num_experts, ins_.front(), sum.num_layers, sum.num_experts);
+    MOESTAT_CHECK(
+        part.window_size == sum.window_size && part.has_window_axis == sum.has_window_axis,
+        "{}: {} passes, but {} has {}; merge their totals with --totals", path,
+        part.has_window_axis ? part.window_size : 0, ins_.front(),
+        sum.has_window_axis ? sum.window_size : 0);
+    for (std::size_t i = 0; i < sum.counts.size(); ++i) sum.counts[i] += part.counts[i];
+  }
+
+  std::string out_;
+  std::vector<std::string> ins_;
+  bool totals_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_merge_command() { return std::make_unique<MergeCommand>(); }
+
+}  // namespace moestat::cli
