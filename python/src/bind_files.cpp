@@ -33,7 +33,8 @@ io::LogicalCounts counts_of(const AnyArray& array) {
   counts.num_experts = shape[shape.size() - 1];
   counts.counts.reserve(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
-    MOESTAT_CHECK(values[i] >= 0 && values[i] == std::floor(values[i]),
+    // 2^63 bounds the conversion below, which is undefined past int64 (or for NaN).
+    MOESTAT_CHECK(values[i] >= 0 && values[i] < 0x1p63 && values[i] == std::floor(values[i]),
                   "counts: entry {} ({}) is not a non-negative integer", i, values[i]);
     counts.counts.push_back(std::int64_t(values[i]));
   }

@@ -4,6 +4,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
+#include <limits>
 #include <moestat/error.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/snapshot.hpp>
@@ -52,7 +54,9 @@ Placement make_placement(const AnyArray& physical_to_logical, std::int64_t num_l
                 shape.size());
   std::vector<std::int32_t> map(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
-    MOESTAT_CHECK(values[i] == double(std::int32_t(values[i])),
+    // Range first: converting a double outside int32 (or NaN) to int32 is undefined.
+    MOESTAT_CHECK(values[i] >= 0 && values[i] < double(std::numeric_limits<std::int32_t>::max()) &&
+                      values[i] == std::floor(values[i]),
                   "physical_to_logical: entry {} ({}) is not an expert id", i, values[i]);
     map[i] = std::int32_t(values[i]);
   }

@@ -51,6 +51,9 @@ def test_malformed_and_missing_files_name_the_path(tmp_path):
         moestat.read_logical_counts(tmp_path / "missing.json")
     with pytest.raises(moestat.Error, match="not a non-negative integer"):
         moestat.write_logical_counts(tmp_path / "c.json", np.array([[1.5, 2.0]]))
+    for huge in (1e30, np.nan):
+        with pytest.raises(moestat.Error, match="not a non-negative integer"):
+            moestat.write_logical_counts(tmp_path / "c.json", np.array([[huge, 2.0]]))
     with pytest.raises(moestat.Error):
         moestat.write_logical_counts(tmp_path / "no-such-dir" / "c.pt", np.ones((2, 2), dtype=np.int64))
     assert not (tmp_path / "c.json").exists()

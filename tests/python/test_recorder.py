@@ -118,6 +118,9 @@ def test_bad_input_raises_moestat_error_naming_the_problem():
         recorder.record_topk(1, ids, num_valid_tokens=5)
     with pytest.raises(moestat.Error):
         moestat.ModelTopology(4, 8, 2, num_physical_experts=6)
+    for bad_id in (1e12, -1, 0.5, np.nan):
+        with pytest.raises(moestat.Error, match="not an expert id"):
+            moestat.Placement(np.array([[bad_id, 0.0, 1.0]]))
     with pytest.raises(moestat.Error, match="mode"):
         moestat.CpuRecorder(topology, mode="sometimes")
     assert issubclass(moestat.Error, ValueError)
