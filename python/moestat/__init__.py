@@ -12,7 +12,8 @@ The recorders take the router's top-k ids as numpy arrays or torch tensors (CPU,
     recorder.end_pass()
     counts = recorder.snapshot().logical_counts  # [passes, layers, experts]
 
-See docs/python.md for the whole API and the SGLang-style adapter.
+See docs/python.md for the whole API; ``moestat.sglang`` (needs torch) is SGLang's recorder
+interface with moestat underneath (docs/sglang.md).
 """
 
 from ._core import (
@@ -37,7 +38,6 @@ from ._core import (
     write_placement,
     write_sglang_dump,
 )
-from . import sglang
 from .eplb import rebalance_experts
 
 if has_cuda:
@@ -62,7 +62,6 @@ __all__ = [
     "read_logical_counts",
     "read_placement",
     "rebalance_experts",
-    "sglang",
     "write_logical_counts",
     "write_placement",
     "write_sglang_dump",
