@@ -1,0 +1,198 @@
+"""Record the routing of a Hugging Face ``transformers`` (5.x) MoE model with one call.
+
+    import moestat
+    from moestat.integrations import transformers as moestat_hf
+
+    recorder = moestat.CpuRecorder(moestat_hf.topology_from_config(model.config))
+    recorder.start()
+    with moestat_hf.attach(model, recorder):
+        model.generate(**inputs, max_new_tokens=16)   # prefill and every decode step: a pass
+    counts = recorder.snapshot().logical_counts         # [passes, layers, experts]
+
+Every MoE layer of these models has a router module that returns ``(logits, weights,
+top_k_ids)``; a forward hook on it records the ids under the index of the decoder layer it
+sits in. Hooks on the model itself open a pass before each forward and close it after.
+Hooks call moestat's torch ops (``moestat.torch_ops``), so a model compiled with
+``torch.compile(fullgraph=True)`` or captured in a CUDA graph records too (docs/transformers.md).
+"""
+
+import functools
+import re
+
+import torch
+
+from .. import torch_ops
+from .._core import CpuRecorder, Error, ModelTopology, Recorder
+
+# Router classes whose forward returns (router_logits, routing_weights, top_k_ids), with
+# top_k_ids [tokens, top_k] in the order of the flattened [batch, sequence] tokens.
+SUPPORTED_ROUTERS = frozenset({
+    "DeepseekV3TopkRouter",
+    "GptOssTopKRouter",
+    "MixtralTopKRouter",
+    "OlmoeTopKRouter",
+    "Qwen2MoeTopKRouter",
+    "Qwen3MoeTopKRouter",
+})
+_TOP_K_IDS = 2  # position of the ids in a router's output
+
+# The decoder layer a module sits in: transformers names them <prefix>.layers.<index>.
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def topology_from_config(config, **topology_args) -> ModelTopology:
+    """The ModelTopology of a transformers MoE config: its decoder layers, which of them are
+    MoE (DeepSeek-V3's first_k_dense_replace, Qwen-MoE's decoder_sparse_step and
+    mlp_only_layers; every layer otherwise), routed experts and top-k. topology_args (e.g.
+    ep_size, num_nodes, num_groups, num_physical_experts) go to ModelTopology."""
+    text = config.get_text_config()
+    num_layers = text.num_hidden_layers
+    num_experts = _first_attribute(text, ("n_routed_experts", "num_local_experts", "num_experts"))
+    top_k = _first_attribute(text, ("num_experts_per_tok",))
+    moe_layers = [_is_moe_layer(text, layer) for layer in range(num_layers)]
+    return ModelTopology(num_layers, num_experts, top_k, moe_layers=moe_layers, **topology_args)
+
+
+def _first_attribute(config, names):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    raise Error(f"{type(config).__name__} has none of {', '.join(names)}: not an MoE config?")
+
+
+def _is_moe_layer(config, layer: int) -> bool:
+    first_k_dense = getattr(config, "first_k_dense_replace", None)
+    if first_k_dense is not None:
+        return layer >= first_k_dense
+    sparse_step = getattr(config, "decoder_sparse_step", None)
+    if sparse_step is not None:
+        dense_layers = getattr(config, "mlp_only_layers", None) or ()
+        return layer not in dense_layers and (layer + 1) % sparse_step == 0
+    return True
+
+
+def find_routers(model: torch.nn.Module) -> dict:
+    """{decoder layer index: router module} for every MoE layer of model; raises
+    moestat.Error naming the model's class when it has none that moestat recognises."""
+    routers = {}
+    for name, module in model.named_modules():
+        if type(module).__name__ not in SUPPORTED_ROUTERS:
+            continue
+        match = _LAYER_INDEX.search(name)
+        if match is None:
+            raise Error(f"{type(model).__name__}: router {name} is not inside a decoder layer "
+                        "(<prefix>.layers.<index>)")
+        layer = int(match.group(1))
+        if layer in routers:
+            raise Error(f"{type(model).__name__}: decoder layer {layer} has two routers")
+        routers[layer] = module
+    if not routers:
+        raise Error(f"{type(model).__name__}: no MoE router that moestat recognises "
+                    f"(supported: {', '.join(sorted(SUPPORTED_ROUTERS))})")
+    return routers
+
+
+class RecordingHandle:
+    """The hooks attach() put on a model; detach() (or leaving the with block) removes them."""
+
+    def __init__(self, model: torch.nn.Module, recorder: Recorder, routers: dict):
+        self.model = model
+        self.recorder = recorder
+        self.layers = sorted(routers)
+        self._recorder_id = torch_ops.register(recorder)
+        self._token = torch_ops.ordering_token(_device_of(model))
+        # Per forward with padding: (the token rows, real ones first; how many are real).
+        self._real_rows_first = None
+        self._hooks = [
+            model.register_forward_pre_hook(self._begin_pass, with_kwargs=True),
+            # always_call: a forward that raises still closes its pass, so the next can open.
+            model.register_forward_hook(self._end_pass, always_call=True),
+        ]
+        self._hooks += [
+            router.register_forward_hook(functools.partial(self._record, layer))
+            for layer, router in routers.items()
+        ]
+
+    def detach(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        torch_ops.unregister(self._recorder_id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.detach()
+
+    def _begin_pass(self, model, args, kwargs):
+        self._real_rows_first = _real_rows_first(args, kwargs)
+        torch.ops.moestat.begin_pass(self._token, self._recorder_id)
+
+    def _record(self, layer, router, args, output):
+        top_k_ids = output[_TOP_K_IDS]
+        if self._real_rows_first is None:
+            torch.ops.moestat.record_topk(self._token, self._recorder_id, layer, top_k_ids)
+            return
+        order, num_real = self._real_rows_first
+        if order.shape[0] != top_k_ids.shape[0]:
+            raise Error(f"layer {layer}: the router saw {top_k_ids.shape[0]} tokens, the "
+                        f"attention mask covers {order.shape[0]}")
+        torch.ops.moestat.record_topk(self._token, self._recorder_id, layer,
+                                      top_k_ids.index_select(0, order), num_real)
+
+    def _end_pass(self, model, args, output):
+        torch.ops.moestat.end_pass(self._token, self._recorder_id)
+        self._real_rows_first = None
+
+
+def attach(model: torch.nn.Module, recorder: Recorder) -> RecordingHandle:
+    """Records every forward of model (a transformers MoE model: Mixtral, Qwen2/3-MoE,
+    DeepSeek-V3, OLMoE, gpt-oss) into recorder as one pass: the top-k ids of each MoE layer
+    under its decoder layer's index. Tokens the 2-D attention mask marks as padding are not
+    counted. recorder's topology must match the model (topology_from_config builds it);
+    CpuRecorder for a model on the CPU, CudaRecorder for one on a GPU."""
+    routers = find_routers(model)
+    _check_topology(model, recorder.topology, routers)
+    if isinstance(recorder, CpuRecorder) and _device_of(model).type != "cpu":
+        raise Error(f"{type(model).__name__} is on {_device_of(model)}: record it with "
+                    "moestat.CudaRecorder (CpuRecorder reads host memory)")
+    return RecordingHandle(model, recorder, routers)
+
+
+def _check_topology(model, topology: ModelTopology, routers: dict) -> None:
+    name = type(model).__name__
+    router_layers = sorted(routers)
+    topology_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
+    if router_layers != topology_layers:
+        raise Error(f"{name}: routers in decoder layers {router_layers}, but the recorder's "
+                    f"topology has MoE layers {topology_layers}")
+    for layer, router in routers.items():
+        for attribute, expected in (("num_experts", topology.num_logical_experts),
+                                    ("top_k", topology.top_k)):
+            actual = getattr(router, attribute, expected)
+            if actual != expected:
+                raise Error(f"{name}: layer {layer}'s router has {attribute}={actual}, the "
+                            f"recorder's topology {expected}")
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _real_rows_first(args, kwargs):
+    """For a forward whose 2-D attention mask ([batch, past + sequence]) marks padding: the
+    indices of its [batch * sequence] token rows with the real ones first, and how many are
+    real (a one-element tensor, so no host synchronisation and no shape that depends on the
+    data: both stay valid inside a CUDA graph). None without such a mask: every row counts."""
+    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+    tokens = kwargs.get("input_ids", args[0] if args else None)
+    if tokens is None:
+        tokens = kwargs.get("inputs_embeds")
+    if mask is None or tokens is None or mask.dim() != 2:
+        return None
+    # The mask spans the cached tokens too; this forward's tokens are its last columns.
+    real = mask[:, -tokens.shape[1]:].reshape(-1) != 0
+    order = torch.argsort(real.to(torch.int8), descending=True, stable=True)
+    return order, real.sum(dtype=torch.int32).reshape(1)

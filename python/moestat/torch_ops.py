@@ -1,0 +1,121 @@
+"""The recorder hooks as torch custom ops, so recording survives torch.compile and CUDA graphs.
+
+A hook called from Python inside a compiled model would break the graph; an op registered
+with torch.library (with a fake implementation for tracing) is kept in the graph and runs
+its real implementation wherever the graph runs, including inside a captured CUDA graph,
+where CudaRecorder's hooks only enqueue kernels.
+
+Two things about ops shape this module:
+
+- Recorders are not tensors, so they cannot be op arguments: each one is registered here
+  under an integer id, and the ops take the id.
+- An op with no output is dead code to the compiler, and ops without data dependencies may
+  be reordered. Every op therefore declares that it mutates ``token``, a one-element tensor
+  made by :func:`ordering_token` (its contents are never read or written): that keeps the
+  ops in the graph and in order (begin_pass, every record_topk, end_pass).
+
+    import moestat.torch_ops as ops
+    recorder_id = ops.register(recorder)
+    token = ops.ordering_token(device)
+    torch.ops.moestat.begin_pass(token, recorder_id)
+    torch.ops.moestat.record_topk(token, recorder_id, layer, topk_ids)  # [, num_valid_tokens]
+    torch.ops.moestat.end_pass(token, recorder_id)
+    ops.unregister(recorder_id)
+"""
+
+import itertools
+import threading
+from typing import Optional
+
+import torch
+
+from ._core import Error, Recorder
+
+
+class _Registration:
+    """A recorder and the id of the next pass it opens (a counter of host calls: inside a
+    replayed CUDA graph the id captured with the graph is replayed)."""
+
+    __slots__ = ("recorder", "next_pass_id")
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self.next_pass_id = 0
+
+
+_registrations: dict[int, _Registration] = {}
+_next_id = itertools.count(1)
+_lock = threading.Lock()
+
+
+def register(recorder: Recorder) -> int:
+    """Makes recorder reachable from the ops; returns the id to pass them."""
+    if not isinstance(recorder, Recorder):
+        raise TypeError(f"expected a moestat recorder, got {type(recorder).__name__}")
+    with _lock:
+        recorder_id = next(_next_id)
+        _registrations[recorder_id] = _Registration(recorder)
+    return recorder_id
+
+
+def unregister(recorder_id: int) -> None:
+    """Forgets the recorder; ops that still name the id raise moestat.Error."""
+    with _lock:
+        _registrations.pop(recorder_id, None)
+
+
+def ordering_token(device: "torch.device | str") -> torch.Tensor:
+    """The tensor the ops declare they mutate, on the device the recorded model runs on.
+
+    Its address is marked static, so that a model compiled with mode="reduce-overhead" keeps
+    it in its CUDA graphs instead of refusing to capture a graph that mutates an input."""
+    token = torch.zeros(1, dtype=torch.int32, device=device)
+    torch._dynamo.mark_static_address(token)
+    return token
+
+
+def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
+    registration = _registrations.get(recorder_id)
+    if registration is None:
+        raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
+    if token.is_cuda and hasattr(registration.recorder, "set_stream"):
+        # Whatever stream runs the op (graph capture runs on a side stream) is the one the
+        # recorder's kernels must go to.
+        registration.recorder.set_stream(torch.cuda.current_stream(token.device).cuda_stream)
+    return registration
+
+
+@torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))
+def _begin_pass(token: torch.Tensor, recorder_id: int) -> None:
+    registration = _registered(recorder_id, token)
+    registration.recorder.begin_pass(registration.next_pass_id)
+    registration.next_pass_id += 1
+
+
+@torch.library.custom_op("moestat::record_topk", mutates_args=("token",))
+def _record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                 num_valid_tokens: Optional[torch.Tensor] = None) -> None:
+    """num_valid_tokens: None (every row), or a one-element tensor on topk_ids' device."""
+    _registered(recorder_id, token).recorder.record_topk(layer, topk_ids,
+                                                         num_valid_tokens=num_valid_tokens)
+
+
+@torch.library.custom_op("moestat::end_pass", mutates_args=("token",))
+def _end_pass(token: torch.Tensor, recorder_id: int) -> None:
+    _registered(recorder_id, token).recorder.end_pass()
+
+
+# Tracing with fake tensors runs these instead: the ops produce nothing to trace.
+@_begin_pass.register_fake
+def _(token, recorder_id):
+    return None
+
+
+@_record_topk.register_fake
+def _(token, recorder_id, layer, topk_ids, num_valid_tokens=None):
+    return None
+
+
+@_end_pass.register_fake
+def _(token, recorder_id):
+    return None

@@ -1,0 +1,161 @@
+"""moestat.integrations.transformers on tiny random-weight models of every supported
+architecture, on the CPU: the recorded counts equal a tally of the model's own router
+outputs, per layer, for a padded batch, for generate() and for a model compiled with
+torch.compile(fullgraph=True)."""
+import numpy as np
+import pytest
+import torch
+
+import moestat
+from moestat.integrations import transformers as moestat_hf
+
+import hf_models
+
+ARCHITECTURES = hf_models.available_architectures()
+
+
+def recorder_for(model):
+    recorder = moestat.CpuRecorder(moestat_hf.topology_from_config(model.config), window_size=-1)
+    recorder.start()
+    return recorder
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_a_padded_batch_is_counted_as_the_routers_route_its_real_tokens(model_type):
+    model = hf_models.tiny_model(model_type)
+    input_ids, attention_mask = hf_models.padded_batch()
+    recorder = recorder_for(model)
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        output = model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    counts = recorder.snapshot().logical_counts
+    assert counts.shape[0] == 1, "one forward, one pass"
+    expected = hf_models.tally(model, output.router_logits, attention_mask.bool())
+    np.testing.assert_array_equal(counts[0], expected)
+    # Dense layers get nothing, every real token is counted top-k times in each MoE layer,
+    # and the padding would have changed the counts.
+    moe = np.array(recorder.topology.moe_layers)
+    assert not counts[0][~moe].any()
+    top_k = recorder.topology.top_k
+    assert (counts[0][moe].sum(axis=1) == int(attention_mask.sum()) * top_k).all()
+    with_padding = hf_models.tally(model, output.router_logits, torch.ones_like(attention_mask))
+    assert not np.array_equal(with_padding, expected)
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_generate_records_the_prefill_and_every_decode_step_as_passes(model_type):
+    model = hf_models.tiny_model(model_type, seed=1)
+    input_ids, attention_mask = hf_models.padded_batch(seed=1)
+    steps = []  # the model's own router logits, per forward
+
+    # Asked of the decoder stack, not the ...ForCausalLM: asked for router logits, that also
+    # computes its load-balancing loss, which fails on decode steps.
+    decoder = model.model
+    original_forward = decoder.forward
+
+    def forward_returning_router_logits(*args, **kwargs):
+        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
+        steps.append(output.router_logits)
+        return output
+
+    decoder.forward = forward_returning_router_logits
+    recorder = recorder_for(model)
+    new_tokens = 4
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=False)
+    snapshot = recorder.snapshot()
+    assert len(steps) == new_tokens, "a prefill and a decode step for each token after the first"
+    assert snapshot.logical_counts.shape[0] == new_tokens
+    batch = input_ids.shape[0]
+    # The prefill's real tokens are the prompts'; every decode step's token is real.
+    real_rows = [attention_mask.bool()] + [torch.ones(batch, dtype=torch.bool)] * (new_tokens - 1)
+    for step, (router_logits, real) in enumerate(zip(steps, real_rows)):
+        np.testing.assert_array_equal(snapshot.logical_counts[step],
+                                      hf_models.tally(model, router_logits, real),
+                                      err_msg=f"pass {step}")
+    assert snapshot.pass_num_tokens.tolist() == [int(attention_mask.sum())] + [batch] * (
+        new_tokens - 1)
+
+
+# Inductor on one model (the ops must survive its graph rewriting); Dynamo's graph with eager
+# kernels on the other, whose inductor build would take a minute of CI on 2 cores.
+@pytest.mark.parametrize("model_type, backend", [("qwen3_moe", "inductor"),
+                                                 ("deepseek_v3", "aot_eager")])
+def test_a_model_compiled_with_fullgraph_records_what_it_routes(model_type, backend):
+    torch._dynamo.reset()
+    # The default eager experts loop over the experts a batch hits, which cannot be one graph.
+    model = hf_models.tiny_model(model_type, seed=2, experts_implementation="batched_mm")
+    input_ids, attention_mask = hf_models.padded_batch(seed=2)
+    with torch.no_grad():
+        # transformers installs the hooks that capture router logits on the first call that
+        # asks for them, under a lock that Dynamo cannot trace: that call must be eager.
+        model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    recorder = recorder_for(model)
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        compiled = torch.compile(model, fullgraph=True, backend=backend)  # a graph break raises
+        outputs = [compiled(input_ids, attention_mask=attention_mask, output_router_logits=True)
+                   for _ in range(2)]
+    counts = recorder.snapshot().logical_counts
+    assert counts.shape[0] == 2, "each call of the compiled model is a pass"
+    for call, output in enumerate(outputs):
+        np.testing.assert_array_equal(
+            counts[call], hf_models.tally(model, output.router_logits, attention_mask.bool()))
+
+
+def test_detach_stops_recording_and_the_context_manager_detaches():
+    model = hf_models.tiny_model("mixtral")
+    input_ids, attention_mask = hf_models.padded_batch()
+    recorder = recorder_for(model)
+    handle = moestat_hf.attach(model, recorder)
+    assert handle.layers == [0, 1, 2, 3]
+    with torch.no_grad():
+        model(input_ids, attention_mask=attention_mask)
+        handle.detach()
+        model(input_ids, attention_mask=attention_mask)
+        with moestat_hf.attach(model, recorder):
+            model(input_ids, attention_mask=attention_mask)
+        model(input_ids, attention_mask=attention_mask)
+    assert recorder.snapshot().logical_counts.shape[0] == 2
+
+
+def test_a_forward_that_raises_still_closes_its_pass():
+    model = hf_models.tiny_model("olmoe")
+    recorder = recorder_for(model)
+    input_ids, attention_mask = hf_models.padded_batch()
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        with pytest.raises(Exception):
+            model(input_ids, attention_mask=attention_mask[:, :2])  # a mask of the wrong width
+        model(input_ids, attention_mask=attention_mask)
+    assert recorder.snapshot().logical_counts.shape[0] == 2
+
+
+def test_topology_from_config_marks_the_dense_layers():
+    deepseek = moestat_hf.topology_from_config(hf_models.tiny_config("deepseek_v3"), ep_size=2)
+    assert deepseek.moe_layers == [False, True, True, True]
+    assert (deepseek.num_logical_experts, deepseek.top_k, deepseek.ep_size) == (8, 3, 2)
+    qwen = moestat_hf.topology_from_config(hf_models.tiny_config("qwen3_moe"))
+    assert qwen.moe_layers == [False, True, False, False]
+    mixtral = moestat_hf.topology_from_config(hf_models.tiny_config("mixtral"))
+    assert mixtral.moe_layers == [True] * 4 and mixtral.num_logical_experts == 6
+
+
+def test_a_model_without_a_known_router_is_refused_by_name():
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, vocab_size=hf_models.VOCAB)
+    model = transformers.LlamaForCausalLM(config)
+    recorder = moestat.CpuRecorder(moestat.ModelTopology.uniform(2, 8, 2))
+    with pytest.raises(moestat.Error, match="LlamaForCausalLM: no MoE router"):
+        moestat_hf.attach(model, recorder)
+
+
+def test_a_recorder_whose_topology_does_not_fit_is_refused():
+    model = hf_models.tiny_model("qwen3_moe")
+    wrong_layers = moestat.CpuRecorder(moestat.ModelTopology.uniform(4, 8, 2))
+    with pytest.raises(moestat.Error, match=r"routers in decoder layers \[1\]"):
+        moestat_hf.attach(model, wrong_layers)
+    wrong_top_k = moestat.CpuRecorder(moestat.ModelTopology(4, 8, 3, moe_layers=[False, True,
+                                                                                 False, False]))
+    with pytest.raises(moestat.Error, match="top_k=2"):
+        moestat_hf.attach(model, wrong_top_k)
