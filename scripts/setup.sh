@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
 # Installs what moestat needs to build and test, idempotently: Debian packages only where
 # one is missing, so a second run is fast and changes nothing.
+#
+#   scripts/setup.sh [--with-engines]
+#
+# --with-engines also creates .venv-engines, the virtual environment of the engine tests
+# (tests/engines: a current torch, transformers and SGLang's recorder) with
+# scripts/setup_engine_venv.sh; about 1.5 min the first time, a moment once it is up to date.
 set -euo pipefail
+
+with_engines=0
+for arg in "$@"; do
+  case $arg in
+    --with-engines) with_engines=1 ;;
+    *) echo "usage: $0 [--with-engines]" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   cmake ninja-build g++ pkg-config
@@ -16,6 +30,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
   python3-dev python3-numpy python3-pytest python3-pip
+  # the engine tests' virtual environment (scripts/setup_engine_venv.sh)
+  python3-venv
 )
 
 missing=()
@@ -42,4 +58,8 @@ if ! /usr/bin/python3 -c "import sys; sys.path.insert(0, '$nanobind_dir'); impor
   echo "setup: installing nanobind into $nanobind_dir"
   /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --target "$nanobind_dir" \
     "nanobind>=2.1,<3"
+fi
+
+if ((with_engines)); then
+  "$(dirname "$0")/setup_engine_venv.sh"
 fi
