@@ -20,6 +20,9 @@ ARCHITECTURES = {
                         num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16,
                         qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8),
     "olmoe": dict(num_experts=8, num_experts_per_tok=2),
+    # Every other layer MoE, with a shared expert beside the routed ones.
+    "qwen2_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=32, decoder_sparse_step=2),
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, head_dim=8),
 }
 
@@ -66,18 +69,21 @@ def routers_by_layer(model):
 
 
 def top_k_from_logits(model, layer: int, logits: torch.Tensor) -> torch.Tensor:
-    """The experts the layer's router picks for each row of its logits [tokens, experts].
+    """The experts the layer's router picks for each row of its logits [tokens, experts],
+    worked out in the dtypes the router uses (in bf16, ties are common: the same ops on the
+    same values break them the same way).
 
-    Softmax is monotonic, so Mixtral, Qwen3-MoE, OLMoE and gpt-oss (whose logits include its
-    router bias) pick the top-k logits. DeepSeek-V3 scores experts by sigmoid plus a
-    correction bias, ranks groups of experts by the sum of their two best scores, and picks
-    the top-k among the experts of the best topk_group groups."""
+    Mixtral, Qwen-MoE and OLMoE pick the top-k of the softmax in float32; gpt-oss the top-k
+    of its logits (which include its router bias). DeepSeek-V3 scores experts by sigmoid
+    plus a correction bias, ranks groups of experts by the sum of their two best scores, and
+    picks the top-k among the experts of the best topk_group groups."""
     router = routers_by_layer(model)[layer]
     config = model.config
-    logits = logits.float()
-    if config.model_type != "deepseek_v3":
+    if config.model_type == "gpt_oss":
         return logits.topk(router.top_k, dim=-1).indices
-    scores = logits.sigmoid() + router.e_score_correction_bias.float()
+    if config.model_type != "deepseek_v3":
+        return logits.softmax(dim=-1, dtype=torch.float32).topk(router.top_k, dim=-1).indices
+    scores = logits.float().sigmoid() + router.e_score_correction_bias.float()
     grouped = scores.view(scores.shape[0], config.n_group, -1)
     group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
     best_groups = group_scores.topk(config.topk_group, dim=-1).indices
@@ -95,7 +101,7 @@ def tally(model, router_logits, real_rows: torch.Tensor) -> np.ndarray:
     num_experts = router_logits[0].shape[-1]
     counts = np.zeros((model.config.num_hidden_layers, num_experts), dtype=np.int64)
     for layer, logits in zip(moe_layers, router_logits):
-        picked = top_k_from_logits(model, layer, logits)[real_rows.reshape(-1)]
+        picked = top_k_from_logits(model, layer, logits)[real_rows.reshape(-1).to(logits.device)]
         counts[layer] = np.bincount(picked.reshape(-1).cpu().numpy(), minlength=num_experts)
     return counts
 

@@ -1,0 +1,174 @@
+"""moestat.integrations.transformers on a GPU: tiny random-weight models in bf16 recorded by
+CudaRecorder, eagerly (a padded batch, generate()), captured with torch.cuda.graph and
+replayed with recording switched off and on, and compiled with mode="reduce-overhead".
+Counts must equal a tally of each model's own router outputs. Skipped without a GPU and a
+CUDA build of moestat.
+
+    PYTHONPATH=build/python python -m pytest -q tests/engines/test_transformers_cuda.py
+"""
+import numpy as np
+import pytest
+import torch
+
+import moestat
+from moestat.integrations import transformers as moestat_hf
+
+import hf_models
+
+pytestmark = pytest.mark.skipif(not (moestat.has_cuda and torch.cuda.is_available()),
+                                reason="needs moestat's CUDA recorder and a GPU")
+
+ARCHITECTURES = hf_models.available_architectures()
+
+
+def cuda_model(model_type, seed=0, **config_overrides):
+    return hf_models.tiny_model(model_type, seed=seed, **config_overrides).to("cuda",
+                                                                             torch.bfloat16)
+
+
+def cuda_recorder(model):
+    recorder = moestat.CudaRecorder(moestat_hf.topology_from_config(model.config),
+                                    window_size=-1)
+    recorder.start()
+    return recorder
+
+
+def snapshot_after_the_gpu(recorder):
+    torch.cuda.synchronize()
+    return recorder.snapshot()
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_a_padded_bf16_batch_is_counted_as_the_routers_route_it(model_type):
+    model = cuda_model(model_type)
+    input_ids, attention_mask = hf_models.padded_batch(device="cuda")
+    recorder = cuda_recorder(model)
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        output = model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    counts = snapshot_after_the_gpu(recorder).logical_counts
+    assert counts.shape[0] == 1
+    np.testing.assert_array_equal(
+        counts[0], hf_models.tally(model, output.router_logits, attention_mask.bool()))
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_generate_in_bf16_records_every_step(model_type):
+    model = cuda_model(model_type, seed=1)
+    input_ids, attention_mask = hf_models.padded_batch(seed=1, device="cuda")
+    steps = []
+    decoder = model.model  # see test_transformers.py: the router logits of each forward
+    original_forward = decoder.forward
+
+    def forward_returning_router_logits(*args, **kwargs):
+        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
+        steps.append(output.router_logits)
+        return output
+
+    decoder.forward = forward_returning_router_logits
+    recorder = cuda_recorder(model)
+    new_tokens = 4
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=False)
+    counts = snapshot_after_the_gpu(recorder).logical_counts
+    assert counts.shape[0] == len(steps) == new_tokens
+    batch = input_ids.shape[0]
+    real_rows = [attention_mask.bool()] + [torch.ones(batch, dtype=torch.bool)] * (new_tokens - 1)
+    for step, (router_logits, real) in enumerate(zip(steps, real_rows)):
+        np.testing.assert_array_equal(counts[step], hf_models.tally(model, router_logits, real),
+                                      err_msg=f"pass {step}")
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
+def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_recording(model_type):
+    if model_type not in ARCHITECTURES:
+        pytest.skip(f"transformers has no {model_type}")
+    # Experts as batched matmuls: the default loop over the hit experts synchronises.
+    model = cuda_model(model_type, seed=2, experts_implementation="batched_mm")
+    recorder = moestat.CudaRecorder(moestat_hf.topology_from_config(model.config),
+                                    window_size=-1)
+    generator = torch.Generator().manual_seed(2)
+
+    def new_tokens():
+        return torch.randint(3, hf_models.VOCAB, (4, 8), generator=generator).cuda()
+
+    static_ids = new_tokens()
+    # No attention mask: building one from a 2-D mask synchronises, which capture forbids.
+    forward = dict(output_router_logits=True, use_cache=False)
+    replays = []  # the router logits of each replay
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (lazy initialisation) off the capture
+            for _ in range(2):
+                model(static_ids, **forward)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_output = model(static_ids, **forward)
+
+        def replay():
+            static_ids.copy_(new_tokens())
+            graph.replay()
+            replays.append([logits.clone() for logits in static_output.router_logits])
+
+        recorder.start()  # from here on replays record; the warm-up and capture did not
+        replay()
+        replay()
+        first = snapshot_after_the_gpu(recorder)
+        recorder.stop()
+        replay()  # not recorded
+        torch.cuda.synchronize()
+        recorder.start()  # clears what was recorded
+        replay()
+        second = snapshot_after_the_gpu(recorder)
+    everything = torch.ones(static_ids.numel(), dtype=torch.bool)
+    expected = [hf_models.tally(model, logits, everything) for logits in replays]
+    assert first.logical_counts.shape[0] == 2 and second.logical_counts.shape[0] == 1
+    np.testing.assert_array_equal(first.logical_counts[0], expected[0])
+    np.testing.assert_array_equal(first.logical_counts[1], expected[1])
+    np.testing.assert_array_equal(second.logical_counts[0], expected[3])
+    assert not np.array_equal(expected[0], expected[1]), "replays must route differently"
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3"])
+def test_a_model_compiled_with_reduce_overhead_records_from_its_cuda_graphs(model_type):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = cuda_model(model_type, seed=3, experts_implementation="batched_mm")
+    input_ids, attention_mask = hf_models.padded_batch(seed=3, device="cuda")
+    with torch.no_grad():
+        # The first call asking for router logits installs transformers' capturing hooks
+        # under a lock Dynamo cannot trace: it must be eager.
+        model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    recorder = cuda_recorder(model)
+    generator = torch.Generator().manual_seed(3)
+    calls = []  # the router logits of each call
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+
+        def call():
+            ids = torch.randint(3, hf_models.VOCAB, input_ids.shape, generator=generator).cuda()
+            output = compiled(ids * attention_mask, attention_mask=attention_mask,
+                              output_router_logits=True)
+            # The graph's outputs are overwritten by the next replay.
+            calls.append([logits.clone() for logits in output.router_logits])
+
+        for _ in range(4):  # warm-up, capture, then replays of the graph
+            call()
+        first = snapshot_after_the_gpu(recorder)
+        recorder.stop()
+        call()
+        torch.cuda.synchronize()
+        recorder.start()  # clears what was recorded
+        call()
+        second = snapshot_after_the_gpu(recorder)
+    assert counters["inductor"]["cudagraph_skips"] == 0, "the model ran in CUDA graphs"
+    expected = [hf_models.tally(model, logits, attention_mask.bool()) for logits in calls]
+    assert first.logical_counts.shape[0] == 4 and second.logical_counts.shape[0] == 1
+    for call_index in range(4):
+        np.testing.assert_array_equal(first.logical_counts[call_index], expected[call_index],
+                                      err_msg=f"call {call_index}")
+    np.testing.assert_array_equal(second.logical_counts[0], expected[5])
