@@ -19,7 +19,8 @@ class DisabledRegion;
 /// Two kinds of callers:
 /// - **Hooks** (`begin_pass`, `record_topk`, `record_local_counts`, `end_pass`) are called by
 ///   the engine's forward thread, in order, once per MoE layer per pass. They are not
-///   thread-safe with respect to each other.
+///   thread-safe with respect to each other. A layer hook outside a pass is an error
+///   (CudaRecorder also takes one while its stream is being captured into a CUDA graph).
 /// - **Control** (`start`, `stop`, `reset`, `snapshot`, `set_placement`, `is_recording`) may
 ///   be called from any thread at any time, also while passes run. A pass is recorded only
 ///   if recording was on when it began and no start/stop/reset happened before it ended, so
@@ -121,6 +122,12 @@ class Recorder {
 
   /// Throws unless `placement` fits the topology; shared by every backend.
   void validate_placement(const Placement& placement) const;
+
+  /// Whether record_topk / record_local_counts may run while no pass is open on the host.
+  /// Consulted only then. No by default: a host backend counts into the open pass at once.
+  /// A backend whose hooks only enqueue work (CudaRecorder while its stream is captured)
+  /// can say yes: the work runs later, inside whichever pass is open when it runs.
+  virtual bool accepts_hooks_outside_pass() const { return false; }
 
  private:
   friend class LayerScope;

@@ -67,7 +67,8 @@ void Recorder::check_hook_layer(std::int64_t layer, const char* hook) const {
                 hook, layer, topology_.num_layers);
   MOESTAT_CHECK(topology_.is_moe(layer), "{}: layer {} is a dense layer in the topology", hook,
                 layer);
-  MOESTAT_CHECK(pass_open_, "{} outside a pass: call begin_pass first", hook);
+  MOESTAT_CHECK(pass_open_ || accepts_hooks_outside_pass(),
+                "{} outside a pass: call begin_pass first", hook);
 }
 
 void Recorder::check_topk_ids(const TensorView& topk_ids) const {
