@@ -1,6 +1,7 @@
-"""CudaRecorder through Python with torch CUDA tensors: eager hooks, and a pass captured in a
-torch CUDA graph and replayed with a changing device-side valid-token count. Skipped without a
-CUDA build, torch or a GPU (run on a GPU machine)."""
+"""CudaRecorder through Python with torch CUDA tensors: eager hooks, a pass captured in a torch
+CUDA graph and replayed with a changing device-side valid-token count, and hooks captured outside
+any pass and replayed inside eager passes. Skipped without a CUDA build, torch or a GPU (run on
+a GPU machine)."""
 import numpy as np
 import pytest
 
@@ -72,6 +73,60 @@ def test_a_captured_pass_replays_with_a_device_valid_count():
     assert snapshot.window_size == 5
     np.testing.assert_array_equal(snapshot.logical_counts, expected)
     assert snapshot.pass_num_tokens.tolist() == [50, 100, 150, 200, 250]
+
+
+def test_hooks_captured_outside_a_pass_count_into_the_pass_open_at_replay():
+    # SGLang captures its decode graphs outside any forward pass and opens the pass eagerly
+    # around each replay.
+    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
+    gpu = moestat.CudaRecorder(topology, window_size=100)
+    generator = torch.Generator().manual_seed(4)
+    layers = (1, 3)
+    ids = [routed(generator) for _ in layers]
+    valid = torch.zeros(1, dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    gpu.set_stream(stream.cuda_stream)
+    with pytest.raises(moestat.Error, match="outside a pass"):
+        gpu.record_topk(layers[0], ids[0])  # eager: it would count nowhere
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for layer, layer_ids in zip(layers, ids):
+            gpu.record_topk(layer, layer_ids, num_valid_tokens=valid)
+
+    def replay(step, rows):
+        """One pass around a replay; returns the counts it should record."""
+        expected = np.zeros((LAYERS, EXPERTS), dtype=np.int64)
+        with torch.cuda.stream(stream):
+            for layer, layer_ids in zip(layers, ids):
+                layer_ids.copy_(routed(generator))
+                flat = layer_ids[:rows].reshape(-1).cpu().numpy()
+                expected[layer] = np.bincount(flat, minlength=EXPERTS)
+            valid.fill_(rows)
+            gpu.begin_pass(step)
+            graph.replay()
+            gpu.end_pass()
+        return expected
+
+    # start() clears what came before it, so each check covers one run of recorded passes.
+    gpu.start()
+    kept = [replay(10, 40), replay(11, TOKENS)]
+    gpu.stop()
+    replay(12, 100)
+    replay(13, 200)
+    stream.synchronize()
+    snapshot = gpu.snapshot()
+    assert snapshot.pass_ids.tolist() == [10, 11]
+    assert snapshot.pass_num_tokens.tolist() == [40, TOKENS]
+    np.testing.assert_array_equal(snapshot.logical_counts, np.stack(kept))
+
+    gpu.start()
+    kept = [replay(14, 7)]
+    gpu.stop()
+    replay(15, 250)
+    stream.synchronize()
+    snapshot = gpu.snapshot()
+    assert snapshot.pass_ids.tolist() == [14]
+    np.testing.assert_array_equal(snapshot.logical_counts, np.stack(kept))
 
 
 def test_sglang_facade_records_cuda_tensors_on_the_current_stream(tmp_path):

@@ -72,6 +72,14 @@ struct CudaOptions {
 /// Hooks must come from one stream at a time (set_stream); tensors must live on the
 /// recorder's device.
 ///
+/// - Hooks captured outside a pass: while the recorder's stream is being captured,
+///   record_topk and record_local_counts are taken with no pass open on the host (SGLang
+///   captures its decode graphs outside its forward-pass context). Their kernels count into
+///   whichever pass is open on the device when the graph replays: enqueue begin_pass and
+///   end_pass eagerly on the same stream around the launch; the flag that begin_pass
+///   latches decides, as usual, whether that pass records. per_token mode still needs its
+///   hooks inside a pass.
+///
 /// Example, recording inside a captured graph:
 /// @code
 ///   moestat::record::CudaRecorder recorder(topology, {.mode = moestat::RecordMode::kStat});
@@ -124,6 +132,9 @@ class CudaRecorder final : public Recorder {
   void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                               std::int64_t first_physical_expert) override;
   void do_end_pass() override;
+  /// While stream() is being captured (a failed query is a moestat::Error): the captured
+  /// kernels run inside whatever pass is open on the device at replay.
+  bool accepts_hooks_outside_pass() const override;
 
  private:
   struct Resources;

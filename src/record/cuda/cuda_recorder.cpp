@@ -286,6 +286,18 @@ void CudaRecorder::do_end_pass() {
   MOESTAT_CUDA_CHECK(cudaStreamWaitEvent(stream_, r.trace_join, 0));
 }
 
+bool CudaRecorder::accepts_hooks_outside_pass() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MOESTAT_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  if (status != cudaStreamCaptureStatusActive) return false;
+  // The host side of a per-token pass (one hook per layer, the rows to copy at end_pass)
+  // is tallied between begin_pass and end_pass; hooks captured apart from both escape it.
+  MOESTAT_CHECK(options().mode != RecordMode::kPerToken,
+                "per_token mode on the CUDA recorder takes hooks only inside a pass, also "
+                "while capturing: capture begin_pass and end_pass with them");
+  return true;
+}
+
 FusedRecordTarget CudaRecorder::fused_target(std::int64_t layer) const {
   const ModelTopology& model = topology();
   MOESTAT_CHECK(layer >= 0 && layer < model.num_layers,
