@@ -114,6 +114,14 @@ class CudaRecorder final : public Recorder {
   /// per_token stages ids through record_topk). Call once; the value serves every pass.
   FusedRecordTarget fused_target(std::int64_t layer) const;
 
+  /// For an engine kernel that adds per-expert token counts itself without looking at the
+  /// recording flag (SGLang's fused dispatch map adds one per routed (token, k)): layer
+  /// `layer`'s row of the open pass, [P] int32 in device memory, which end_pass folds into
+  /// the pass. begin_pass clears it when the pass records; what is added while no pass
+  /// records is never committed. Checks as fused_target. The pointer serves every pass and
+  /// lives as long as the recorder.
+  std::int32_t* pass_count_row(std::int64_t layer) const;
+
   void start() override;
   void stop() override;
   void reset() override;
@@ -140,6 +148,9 @@ class CudaRecorder final : public Recorder {
   struct Resources;
 
   void require_on_device(const TensorView& view, const char* what) const;
+  /// Throws unless an engine kernel can count into `layer` (in range, MoE, a mode with
+  /// per-pass counts); `caller` names the API in the message.
+  void check_engine_layer(std::int64_t layer, const char* caller) const;
   void launch_topk(std::int64_t layer, const TensorView& topk_ids, const void* device_count,
                    bool count_int64, std::int64_t host_count);
 

@@ -298,19 +298,28 @@ bool CudaRecorder::accepts_hooks_outside_pass() const {
   return true;
 }
 
-FusedRecordTarget CudaRecorder::fused_target(std::int64_t layer) const {
+void CudaRecorder::check_engine_layer(std::int64_t layer, const char* caller) const {
   const ModelTopology& model = topology();
-  MOESTAT_CHECK(layer >= 0 && layer < model.num_layers,
-                "fused_target: layer {} out of range [0, {})", layer, model.num_layers);
-  MOESTAT_CHECK(model.is_moe(layer), "fused_target: layer {} is a dense layer in the topology",
+  MOESTAT_CHECK(layer >= 0 && layer < model.num_layers, "{}: layer {} out of range [0, {})", caller,
+                layer, model.num_layers);
+  MOESTAT_CHECK(model.is_moe(layer), "{}: layer {} is a dense layer in the topology", caller,
                 layer);
   const RecordMode mode = options().mode;
   MOESTAT_CHECK(
       mode == RecordMode::kStat || mode == RecordMode::kPerPass || mode == RecordMode::kDecayed,
-      "fused_target: {} mode cannot take ids from an engine kernel; use stat, per_pass "
-      "or decayed",
+      "{}: {} mode cannot take counts from an engine kernel; use stat, per_pass or decayed", caller,
       record_mode_name(mode));
+}
+
+FusedRecordTarget CudaRecorder::fused_target(std::int64_t layer) const {
+  check_engine_layer(layer, "fused_target");
   return cuda::layer_target(resources_->buffers, layer);
+}
+
+std::int32_t* CudaRecorder::pass_count_row(std::int64_t layer) const {
+  check_engine_layer(layer, "pass_count_row");
+  // Copy 0 of the layer: the fold sums every copy, and begin_pass clears this one.
+  return cuda::layer_target(resources_->buffers, layer).layer_counts;
 }
 
 void CudaRecorder::drain_trace() {

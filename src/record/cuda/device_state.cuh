@@ -85,7 +85,9 @@ struct TraceBuffers {
 struct DeviceBuffers {
   DeviceState* state;
   const ControlBlock* control;
-  std::int32_t* pass_counts;           ///< [kPassCopies, L, P] the open pass, zero between passes.
+  /// [kPassCopies, L, P] the open pass. Copies 1.. are zero between passes; copy 0 also
+  /// takes engine kernels' adds, recorded or not, and is cleared when a recorded pass begins.
+  std::int32_t* pass_counts;
   std::int32_t* window;                ///< [num_slots, L, P] counts of ended passes.
   long long* slot_pass_ids;            ///< [num_slots]
   unsigned long long* slot_versions;   ///< [num_slots]

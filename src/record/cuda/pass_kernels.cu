@@ -1,6 +1,6 @@
-// Pass-level kernels: begin (latch the control block, apply a reset), end (fold the open
-// pass into its window slot and the decayed load, then advance the cursor), DeepEP local
-// counts, and an empty kernel for benchmarks.
+// Pass-level kernels: begin (latch the control block, apply a reset, clear the copy engine
+// kernels add to), end (fold the open pass into its window slot and the decayed load, then
+// advance the cursor), DeepEP local counts, and an empty kernel for benchmarks.
 #include <cstdint>
 
 #include "cuda_check.hpp"
@@ -11,7 +11,9 @@ namespace moestat::record::cuda {
 namespace {
 
 constexpr int kLocalThreads = 256;
-constexpr int kBeginThreads = 128;
+// Enough threads to clear copy 0 of a pass (L * P ints, 70 KB for DeepSeek-V3) in a few
+// rounds of 16-byte stores.
+constexpr int kBeginThreads = 512;
 constexpr int kFoldThreads = 320;  // one bin per thread for up to 320 physical experts
 
 template <typename Count>
@@ -28,13 +30,31 @@ __global__ void record_local_counts_kernel(DeviceBuffers buffers, long long laye
   }
 }
 
-__global__ void begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
+/// Zeroes copy 0 of the open pass with the block's threads. Engine kernels add to it through
+/// CudaRecorder::pass_count_row without looking at the recording flag, so it holds whatever
+/// they added while no pass recorded (an unrecorded pass's fold leaves it as it is).
+__device__ void clear_engine_copy(const DeviceBuffers& buffers) {
+  const long long size = buffers.num_layers * buffers.num_physical_experts;
+  // Copy 0 starts the allocation, so it is aligned for 16-byte stores.
+  auto* vectors = reinterpret_cast<int4*>(buffers.pass_counts);
+  for (long long i = threadIdx.x; i < size / 4; i += blockDim.x) {
+    vectors[i] = make_int4(0, 0, 0, 0);
+  }
+  for (long long i = size / 4 * 4 + threadIdx.x; i < size; i += blockDim.x) {
+    buffers.pass_counts[i] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(kBeginThreads)
+    begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
   DeviceState* state = buffers.state;
   const volatile ControlBlock* control = buffers.control;
   __shared__ unsigned long long epoch;
   __shared__ bool reset;
+  __shared__ std::int32_t recording;  // one read of the flag for the clear and the latch
   if (threadIdx.x == 0) {
     epoch = control->epoch;
+    recording = control->recording;
     reset = epoch != state->applied_epoch;
     if (reset) {
       state->seq += 1;  // odd: readers retry
@@ -48,6 +68,7 @@ __global__ void begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
     for (long long i = threadIdx.x; i < physical; i += blockDim.x) buffers.decayed_physical[i] = 0;
     for (long long i = threadIdx.x; i < logical; i += blockDim.x) buffers.decayed_logical[i] = 0;
   }
+  if (recording != 0) clear_engine_copy(buffers);
   __syncthreads();
   if (threadIdx.x == 0) {
     if (reset) {
@@ -59,7 +80,7 @@ __global__ void begin_pass_kernel(DeviceBuffers buffers, long long pass_id) {
       state->seq += 1;
     }
     const unsigned long long placement_word = control->placement_word;
-    state->recording = control->recording;
+    state->recording = recording;
     state->placement_version = placement_word >> 1;
     state->placement_buffer = static_cast<std::int32_t>(placement_word & 1);
     state->pass_id = pass_id;

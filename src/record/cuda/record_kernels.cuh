@@ -47,7 +47,8 @@ enum class KernelLaunch { kOverlapped, kSerialized };
 FusedRecordTarget layer_target(const DeviceBuffers& buffers, std::int64_t layer);
 
 /// Latches the control block (recording flag, placement) for the pass and applies a
-/// pending reset. One small block.
+/// pending reset. When the pass records, zeroes copy 0 of its counts, which engine kernels
+/// may have added to while no pass recorded (CudaRecorder::pass_count_row). One block.
 void launch_begin_pass(const DeviceBuffers& buffers, std::int64_t pass_id, cudaStream_t stream);
 
 /// Adds the valid rows of `ids` to layer `layer` of the open pass's slot; ids outside
