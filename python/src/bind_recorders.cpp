@@ -50,6 +50,12 @@ RecorderOptions make_options(const std::string& mode, std::int64_t window_size, 
   return options;
 }
 
+#ifdef MOESTAT_HAS_CUDA
+/// CudaRecorder::pass_count_row as a DLPack array (array_api: an object with __dlpack__).
+using PassCountRow =
+    nb::ndarray<nb::array_api, std::int32_t, nb::shape<-1>, nb::device::cuda, nb::c_contig>;
+#endif
+
 constexpr const char* kModeDoc =
     "mode: 'stat' (a window of the last window_size passes; -1 keeps all), 'stat_approx' "
     "(the same, fed with DeepEP normal-dispatch counts), 'per_pass', 'per_token' (top-k ids "
@@ -140,7 +146,26 @@ void bind_recorders(nb::module_& module) {
           "The stream hooks enqueue on, as a handle: torch.cuda.current_stream().cuda_stream.")
       .def("drain_trace", &record::CudaRecorder::drain_trace,
            nb::call_guard<nb::gil_scoped_release>(),
-           "per_token mode: waits until every ended pass is in the trace file.");
+           "per_token mode: waits until every ended pass is in the trace file.")
+      .def(
+          "pass_count_row",
+          [](const record::CudaRecorder& recorder, std::int64_t layer) {
+            // No owner here: reference_internal makes the recorder the owner, so the row
+            // cannot outlive the memory it views.
+            return PassCountRow(recorder.pass_count_row(layer),
+                                {std::size_t(recorder.topology().num_physical_experts)},
+                                nb::handle(), {}, nb::dtype<std::int32_t>(),
+                                nb::device::cuda::value, recorder.device());
+          },
+          "layer"_a, nb::rv_policy::reference_internal,
+          "The open pass's count row of a MoE layer, for an engine kernel that adds "
+          "per-expert token counts itself (SGLang's get_current_pass_count_buffer): int32 [P] "
+          "on the recorder's GPU, one add per routed (token, k) at its physical id. end_pass "
+          "folds it into the pass; begin_pass clears it when the pass records, and what is "
+          "added while no pass records is discarded. torch.from_dlpack(row) or "
+          "torch.as_tensor(row) views it without a copy; the array keeps the recorder alive. "
+          "Adds must come on the recorder's stream between begin_pass and end_pass; stat, "
+          "per_pass and decayed modes only.");
 #endif
 }
 

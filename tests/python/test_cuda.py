@@ -1,7 +1,9 @@
 """CudaRecorder through Python with torch CUDA tensors: eager hooks, a pass captured in a torch
-CUDA graph and replayed with a changing device-side valid-token count, and hooks captured outside
-any pass and replayed inside eager passes. Skipped without a CUDA build, torch or a GPU (run on
-a GPU machine)."""
+CUDA graph and replayed with a changing device-side valid-token count, hooks captured outside
+any pass and replayed inside eager passes, and torch adds into pass_count_row. Skipped without
+a CUDA build, torch or a GPU (run on a GPU machine)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,62 @@ def test_hooks_captured_outside_a_pass_count_into_the_pass_open_at_replay():
     snapshot = gpu.snapshot()
     assert snapshot.pass_ids.tolist() == [14]
     np.testing.assert_array_equal(snapshot.logical_counts, np.stack(kept))
+
+
+def test_pass_count_row_takes_torch_adds_inside_recorded_passes_only():
+    # SGLang's fused dispatch-map kernel adds one per routed (token, k) into the row its
+    # recorder hands out, recording or not; index_add_ / scatter_add_ of ones do the same.
+    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
+    gpu = moestat.CudaRecorder(topology, window_size=10)
+    gpu.set_stream(torch.cuda.current_stream().cuda_stream)
+    references = sys.getrefcount(gpu)
+    rows = {0: gpu.pass_count_row(0), 2: gpu.pass_count_row(2)}
+    assert sys.getrefcount(gpu) == references + 2  # each array keeps the recorder alive
+    counts = {layer: torch.from_dlpack(row) for layer, row in rows.items()}
+    for layer, tensor in counts.items():
+        assert tensor.dtype == torch.int32 and tuple(tensor.shape) == (EXPERTS,)
+        assert tensor.device == torch.device("cuda", torch.cuda.current_device())
+        assert torch.as_tensor(rows[layer]).data_ptr() == tensor.data_ptr()  # no copy
+    generator = torch.Generator().manual_seed(5)
+
+    def engine_adds():
+        """Adds a batch's routed ids into both rows; returns the counts they carry."""
+        expected = np.zeros((LAYERS, EXPERTS), dtype=np.int64)
+        for layer, tensor in counts.items():
+            flat = routed(generator).reshape(-1).long()
+            ones = torch.ones_like(flat, dtype=torch.int32)
+            if layer == 0:
+                tensor.index_add_(0, flat, ones)
+            else:
+                tensor.scatter_add_(0, flat, ones)
+            expected[layer] = np.bincount(flat.cpu().numpy(), minlength=EXPERTS)
+        return expected
+
+    def engine_pass(step):
+        gpu.begin_pass(step)
+        expected = engine_adds()
+        gpu.end_pass()
+        return expected
+
+    gpu.start()
+    kept = engine_pass(0)
+    gpu.stop()
+    engine_pass(1)  # not recorded
+    engine_adds()  # outside any pass, as an eager warm-up forward
+    torch.cuda.current_stream().synchronize()
+    snapshot = gpu.snapshot()
+    assert snapshot.pass_ids.tolist() == [0]
+    np.testing.assert_array_equal(snapshot.logical_counts, kept[None])
+
+    gpu.start()
+    kept = engine_pass(2)  # what came before must not leak in
+    torch.cuda.current_stream().synchronize()
+    snapshot = gpu.snapshot()
+    assert snapshot.pass_ids.tolist() == [2]
+    np.testing.assert_array_equal(snapshot.logical_counts, kept[None])
+    dense_first = moestat.ModelTopology(2, EXPERTS, TOP_K, moe_layers=[False, True])
+    with pytest.raises(moestat.Error, match="dense layer"):
+        moestat.CudaRecorder(dense_first).pass_count_row(0)
 
 
 def test_sglang_facade_records_cuda_tensors_on_the_current_stream(tmp_path):
