@@ -186,20 +186,3 @@ def test_pass_count_row_takes_torch_adds_inside_recorded_passes_only():
     with pytest.raises(moestat.Error, match="dense layer"):
         moestat.CudaRecorder(dense_first).pass_count_row(0)
 
-
-def test_sglang_facade_records_cuda_tensors_on_the_current_stream(tmp_path):
-    from moestat.sglang import ExpertDistributionRecorder
-
-    topology = moestat.ModelTopology.uniform(LAYERS, EXPERTS, TOP_K)
-    recorder = ExpertDistributionRecorder(topology, device="cuda", dump_dir=tmp_path)
-    generator = torch.Generator().manual_seed(3)
-    recorder.start_record()
-    expected = np.zeros((LAYERS, EXPERTS), dtype=np.int64)
-    with recorder.with_forward_pass(0):
-        for layer in range(LAYERS):
-            with recorder.with_current_layer(layer):
-                ids = routed(generator)
-                recorder.on_select_experts(ids)
-                expected[layer] = np.bincount(ids.reshape(-1).cpu().numpy(), minlength=EXPERTS)
-    torch.cuda.current_stream().synchronize()
-    np.testing.assert_array_equal(moestat.read_logical_counts(recorder.dump_record())[0], expected)
