@@ -1,0 +1,317 @@
+"""moestat's C++ library: recorders, snapshots, planners and file formats"""
+
+from collections.abc import Sequence
+import os
+import pathlib
+from typing import Annotated, Any
+
+from numpy.typing import NDArray
+
+
+has_cuda: bool = True
+
+class Error(ValueError):
+    """Bad input or state, as moestat::Error reports it in C++."""
+
+class ModelTopology:
+    """
+    Layers, experts and expert-parallel ranks of an MoE model. Layers count every decoder layer, dense ones included.
+    """
+
+    def __init__(self, num_layers: int, num_logical_experts: int, top_k: int, *, num_physical_experts: int | None = None, moe_layers: Sequence[bool] | None = None, ep_size: int = 1, num_nodes: int = 1, num_groups: int = 1, num_shared_expert_slots: int = 0) -> None:
+        """
+        num_physical_experts defaults to num_logical_experts and moe_layers to every layer. Raises moestat.Error naming the first inconsistent field.
+        """
+
+    @staticmethod
+    def uniform(num_layers: int, num_experts: int, top_k: int) -> ModelTopology:
+        """Every layer MoE, no replicas, one rank."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def moe_layers(self) -> list[bool]: ...
+
+    @property
+    def num_logical_experts(self) -> int: ...
+
+    @property
+    def num_physical_experts(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
+
+    @property
+    def ep_size(self) -> int: ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    @property
+    def num_groups(self) -> int: ...
+
+    @property
+    def num_shared_expert_slots(self) -> int: ...
+
+    def __eq__(self, arg: ModelTopology, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+class Placement:
+    """
+    Which logical expert each physical slot holds, per layer (SGLang's physical_to_logical_map).
+    """
+
+    def __init__(self, physical_to_logical: Annotated[NDArray, dict(writable=False)], num_logical_experts: int = 0, version: int = 0) -> None:
+        """
+        physical_to_logical: [layers, slots] integer array. num_logical_experts 0 takes the largest id + 1. Raises moestat.Error unless every layer holds every expert.
+        """
+
+    @staticmethod
+    def trivial(num_layers: int, num_physical_experts: int, num_logical_experts: int, version: int = 0) -> Placement:
+        """Slot p holds expert p % num_logical_experts in every layer."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def num_physical_experts(self) -> int: ...
+
+    @property
+    def num_logical_experts(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def physical_to_logical(self) -> object:
+        """[layers, slots] int32"""
+
+    @property
+    def logical_to_physical(self) -> object:
+        """
+        [layers, experts, max replicas] int32: each expert's slots ascending, -1 padded
+        """
+
+    @property
+    def replica_counts(self) -> object:
+        """[layers, experts] int32"""
+
+    def __repr__(self) -> str: ...
+
+class Snapshot:
+    """A consistent copy of what a recorder holds (never half a pass)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def approximate(self) -> bool: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def num_logical_experts(self) -> int: ...
+
+    @property
+    def num_physical_experts(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
+
+    @property
+    def num_passes(self) -> int: ...
+
+    @property
+    def dropped_ids(self) -> int: ...
+
+    @property
+    def dropped_tokens(self) -> int: ...
+
+    @property
+    def dropped_passes(self) -> int: ...
+
+    @property
+    def window_size(self) -> int: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def pass_ids(self) -> object:
+        """[W] int64, the ids given to begin_pass, oldest first"""
+
+    @property
+    def placement_versions(self) -> object:
+        """[W] uint64"""
+
+    @property
+    def pass_num_tokens(self) -> object:
+        """[W] int64, the most valid tokens one layer of the pass got"""
+
+    @property
+    def logical_counts(self) -> object:
+        """[W, L, E] int64 token assignments per pass"""
+
+    @property
+    def physical_counts(self) -> object:
+        """[W, L, P] int64"""
+
+    @property
+    def decayed_logical_load(self) -> object:
+        """[L, E] float64 (decayed mode; empty otherwise)"""
+
+    @property
+    def decayed_physical_load(self) -> object:
+        """[L, P] float64 (decayed mode; empty otherwise)"""
+
+    @property
+    def token_pass_ids(self) -> object:
+        """[N] int64 (per_token mode)"""
+
+    @property
+    def token_physical_ids(self) -> object:
+        """[N, L, top_k] int32, -1 where nothing was recorded (per_token mode)"""
+
+    @property
+    def token_logical_ids(self) -> object:
+        """[N, L, top_k] int32 (per_token mode)"""
+
+    def logical_totals(self) -> object:
+        """[L, E] int64 counts summed over the window (or the kept tokens)"""
+
+    def physical_totals(self) -> object:
+        """[L, P] int64"""
+
+    def __repr__(self) -> str: ...
+
+class Recorder:
+    """
+    Records which experts tokens are routed to, pass by pass. Hooks (begin_pass, record_topk, record_local_counts, end_pass) come from the forward thread in order; control (start, stop, reset, snapshot, set_placement) from any thread.
+    """
+
+    def begin_pass(self, pass_id: int) -> None:
+        """Opens a pass; pass_id is kept."""
+
+    def record_topk(self, layer: int, topk_ids: Annotated[NDArray, dict(writable=False)], num_valid_tokens: int | Annotated[NDArray, dict(writable=False)] | None = None) -> None:
+        """
+        Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 physical expert ids (numpy or torch; any strides); -1 is padding; other ids outside [0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a one-element int32/int64 array (on the device for CudaRecorder).
+        """
+
+    def record_local_counts(self, layer: int, counts: Annotated[NDArray, dict(writable=False)], rank: int) -> None:
+        """
+        Adds one rank's per-local-expert token counts (DeepEP low-latency masked_m, or normal-dispatch host counts in stat_approx mode); trailing shared-expert slots are dropped.
+        """
+
+    def end_pass(self) -> None:
+        """Closes the pass and commits it."""
+
+    def start(self) -> None:
+        """Clears everything and records from the next pass."""
+
+    def stop(self) -> None:
+        """Stops recording; the data stays."""
+
+    def reset(self) -> None:
+        """Clears everything; recording stays as it was."""
+
+    @property
+    def is_recording(self) -> bool: ...
+
+    def snapshot(self) -> Snapshot:
+        """A copy of everything recorded, logical ids resolved."""
+
+    def set_placement(self, placement: Placement) -> None:
+        """
+        Makes placement current for passes that end from now on; its version must be higher than the current one's.
+        """
+
+    @property
+    def topology(self) -> ModelTopology: ...
+
+class CpuRecorder(Recorder):
+    """The recorder for host arrays."""
+
+    def __init__(self, topology: ModelTopology, *, mode: str = 'stat', window_size: int = 1000, decay: float = 0.95, per_token_capacity: int = 16384) -> None:
+        """
+        mode: 'stat' (a window of the last window_size passes; -1 keeps all), 'stat_approx' (the same, fed with DeepEP normal-dispatch counts), 'per_pass', 'per_token' (top-k ids of every token; per_token_capacity tokens kept) or 'decayed' (load = decay * load + pass).
+        """
+
+class CudaRecorder(Recorder):
+    """
+    The recorder for CUDA arrays: every buffer is allocated here, hooks only enqueue kernels on the stream given to set_stream, so they can be captured in a CUDA graph.
+    """
+
+    def __init__(self, topology: ModelTopology, *, mode: str = 'stat', window_size: int = 1000, decay: float = 0.95, per_token_capacity: int = 16384, device: int = -1, trace_path: str | os.PathLike = ..., max_tokens_per_pass: int = 8192) -> None:
+        """
+        device -1 is the current device; per_token mode drains into trace_path.
+        """
+
+    def set_stream(self, stream: int) -> None:
+        """
+        The stream hooks enqueue on, as a handle: torch.cuda.current_stream().cuda_stream.
+        """
+
+    def drain_trace(self) -> None:
+        """per_token mode: waits until every ended pass is in the trace file."""
+
+    def pass_count_row(self, layer: int) -> Annotated[Any, dict(dtype='int32', shape=(None,), order='C', device='cuda')]:
+        """
+        Layer layer's count row of the open pass, for an engine kernel that adds per-expert token counts itself (SGLang's get_current_pass_count_buffer): int32 [P] on the recorder's GPU, one add per routed (token, k) by physical expert id. end_pass folds it into the pass; begin_pass clears it when the pass records, and what is added while no pass records is discarded. torch.from_dlpack(row) or torch.as_tensor(row) views it without a copy; the array keeps the recorder alive. Adds must come on the recorder's stream between begin_pass and end_pass. The layer must be a MoE layer; stat, per_pass and decayed modes only.
+        """
+
+def plan_deepseek(loads: Annotated[NDArray, dict(writable=False)], num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int) -> Placement:
+    """
+    DeepSeek's EPLB (eplb.py rebalance_experts), reproduced exactly, on [layers, experts] loads; returns a Placement. num_replicas: physical slots per layer (a multiple of num_gpus); num_groups divides the experts; num_nodes divides num_gpus. Hierarchical when num_groups % num_nodes == 0, else global, as eplb.py decides.
+    """
+
+def plan_moestat(loads: Annotated[NDArray, dict(writable=False)], num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int, *, objective: str = 'expected', max_moves_per_layer: int = 0) -> Placement:
+    """
+    moestat's planner: the same constraints as plan_deepseek, never worse in-sample on one [layers, experts] matrix; a stack [scenarios, layers, experts] is planned for all of them (objective 'expected' or 'worst_case'). Returns a Placement.
+    """
+
+def evaluate_placement(loads: Annotated[NDArray, dict(writable=False)], placement: Placement, num_gpus: int) -> dict:
+    """
+    Balance of placement under [layers, experts] loads over num_gpus GPUs: a dict of balancedness (SGLang's mean/max), balancedness_sum_ratio (vLLM's), imbalance (TensorRT-LLM's), worst_layer, worst_balancedness and layer_balancedness [L]. Layers without load are left out of the means.
+    """
+
+def expert_gini(loads: Annotated[NDArray, dict(writable=False)]) -> float:
+    """Mean over loaded layers of the Gini coefficient of the experts' loads."""
+
+def hot_expert_mask(loads: Annotated[NDArray, dict(writable=False)], gpu_experts_per_layer: int, *, strategy: str = 'layer-balanced', seed: int = 0) -> object:
+    """
+    Which experts live on the GPU in CPU/GPU hybrid inference: [layers, experts] bool, True = GPU, with gpu_experts_per_layer x MoE layers GPU experts in all. strategy: 'uniform', 'front-loading', 'random', 'frequency' (KTransformers') or 'layer-balanced'.
+    """
+
+def hot_expert_hit_rate(loads: Annotated[NDArray, dict(writable=False)], mask: Annotated[NDArray, dict(writable=False)]) -> float:
+    """Share of the assignments served by experts the mask puts on the GPU."""
+
+def file_format(path: str | os.PathLike) -> str:
+    """'json', 'pt', 'safetensors' or 'trace', from the file's first bytes."""
+
+def read_logical_counts(path: str | os.PathLike) -> object:
+    """
+    Logical counts as int64 [passes, layers, experts] ([layers, experts] when the file has no pass axis) from an SGLang stat, per-pass or per-token dump (.pt), a moestat snapshot or {'logical_count'} JSON, or a .safetensors file. Raises moestat.Error naming the file and the problem.
+    """
+
+def write_logical_counts(path: str | os.PathLike, counts: Annotated[NDArray, dict(writable=False)]) -> None:
+    """
+    Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.
+    """
+
+def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, version: int = 0) -> Placement:
+    """
+    A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors.
+    """
+
+def write_placement(path: str | os.PathLike, placement: Placement) -> None:
+    """
+    Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's --init-expert-location reads. Atomic.
+    """
+
+def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike = ...) -> pathlib.Path:
+    """
+    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). Returns the path.
+    """
