@@ -119,7 +119,8 @@ def pass_events(setup, rng, ep_size):
             continue
         events.append(dict(layer=layer, wrap=wrap, kind="select", ids=ids))
         if setup.low_latency_dispatch:
-            counts = torch.tensor(rng.integers(0, 6, local_slots), dtype=torch.int32)
+            counts = torch.tensor(rng.integers(0, 6, local_slots), dtype=torch.int32,
+                                  device=setup.device)
             events.append(dict(layer=layer, wrap=wrap, kind="low_latency", counts=counts))
         if setup.moe_a2a_backend == "deepep" and setup.deepep_mode == "normal":
             for _ in range(int(rng.integers(1, 3))):  # normal dispatch may come in chunks

@@ -85,6 +85,9 @@ TEST(CudaPassCountRow, EngineAddsLandInRecordedPassesOnly) {
     pass_on_both(rng, gpu, cpu, 0);
     pass_on_both(rng, gpu, cpu, 1);
     engine_adds(rng, gpu, nullptr, 3);  // no pass open: an eager warm-up forward
+    // Control acts at the next pass that begins on the device: let the ones before it end,
+    // or a slow device (compute-sanitizer) begins them under the new setting.
+    MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
     cpu.stop();
     gpu.stop();
     // Not recorded: the CPU recorder ignores its hook, the row keeps the adds until the
@@ -93,6 +96,7 @@ TEST(CudaPassCountRow, EngineAddsLandInRecordedPassesOnly) {
     expect_same_counts(cpu.snapshot(), gpu.snapshot());
 
     engine_adds(rng, gpu, nullptr, 60);
+    MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
     cpu.start();
     gpu.start();
     pass_on_both(rng, gpu, cpu, 3);

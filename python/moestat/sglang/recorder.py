@@ -193,6 +193,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
                                "the CUDA recorder")
         device = torch.device(self._config.device)
         index = device.index if device.index is not None else torch.cuda.current_device()
+        self._recorder_device = index
         return _core.CudaRecorder(topology, device=index, **options)
 
     # ---- scopes ----
@@ -398,6 +399,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
                 "expert ids recorded so far by sending requests to the "
                 "`/stop_expert_distribution_record` and `/dump_expert_distribution_record` "
                 "endpoints?")
+        self._settle()
         self._reset()
         self._recording = True
         self._recorder.start()
@@ -408,6 +410,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
                 "SGLang server has not been recording expert ids. Did you forget to start "
                 "recording by sending request to the `/start_expert_distribution_record` "
                 "endpoint?")
+        self._settle()
         self._recording = False
         self._recorder.stop()
 
@@ -416,8 +419,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         ``"object"`` returns the dump (also for per_pass / per_token, where SGLang has none)."""
         if output_mode not in ("file", "object"):
             raise NotImplementedError(f"output_mode {output_mode!r}: 'file' or 'object'")
-        if self._cuda:
-            torch.cuda.current_stream().synchronize()  # every ended pass is in the snapshot
+        self._settle()  # every pass that ended is in the snapshot
         snapshot = self._recorder.snapshot()
         if snapshot.num_passes != self._passes_since_reset:
             self._fault("dump_record", f"the recorder holds {snapshot.num_passes} passes "
@@ -450,6 +452,14 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         self._passes_since_reset = 0
         self._passes = {k: v for k, v in self._passes.items() if k >= self._next_pass_id}
         self._recorder.reset()
+
+    def _settle(self):
+        """CUDA: waits for the passes already enqueued. The device takes control at the next
+        pass that begins there, and the host may be a pass or two ahead; SGLang's control
+        calls are ordered with its passes (its buffers are written on the stream), so these
+        are too. Control calls are rare; passes never wait."""
+        if self._cuda:
+            torch.cuda.synchronize(self._recorder_device)
 
     def _contributes(self) -> bool:
         """Whether this rank's counts join the cross-rank sum (see sources.tokens_are_replicated)."""
