@@ -93,7 +93,7 @@ def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_record
         return torch.randint(3, hf_models.VOCAB, (4, 8), generator=generator).cuda()
 
     static_ids = new_tokens()
-    # No attention mask: building one from a 2-D mask synchronises, which capture forbids.
+    # No attention mask: every token is real (the compiled test below covers padding).
     forward = dict(output_router_logits=True, use_cache=False)
     replays = []  # the router logits of each replay
     with torch.no_grad(), moestat_hf.attach(model, recorder):

@@ -1,0 +1,277 @@
+"""What recording costs on a real forward pass: a transformers Qwen3-MoE model with the layer
+shapes of Qwen3-30B-A3B (random bf16 weights), on one GPU, all in one process:
+
+- decode steps (one token per sequence, a static KV cache of --context tokens) captured in a
+  CUDA graph at batch 1, 16, 64 and 256;
+- a prefill of 4096 tokens (one sequence), eager and in a CUDA graph;
+
+each with recording off (no hooks), moestat (moestat.integrations.transformers with a
+CudaRecorder; also its graph replayed with the recorder stopped), and SGLang-style recording
+(a forward hook per router doing torch ops: mask the -1 ids, scatter_add_ into an int32
+[layers, experts] buffer, as SGLang's single-pass gatherer does). Variants are timed in turns,
+--rounds times, and the median step time of each is reported. Prints a table and, with
+--json, writes the numbers.
+
+    python bench/hf_step_cost.py --json bench/results/hf_step_cost_h200.json
+    python bench/hf_step_cost.py --layers 4 --batches 1 16 --rounds 3     (a quick look)
+"""
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+
+import moestat
+from moestat.integrations import transformers as moestat_hf
+
+# Qwen3-30B-A3B's config.json (its layer shapes; the weights here are random).
+QWEN3_30B_A3B = dict(
+    hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+    num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+    num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+    vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+    tie_word_embeddings=False)
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=48, help="decoder layers (default 48)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--context", type=int, default=1024, help="KV cache length of decode")
+    parser.add_argument("--prefill", type=int, default=4096, help="prefill tokens")
+    parser.add_argument("--steps", type=int, default=20, help="steps timed per round")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds over the variants")
+    parser.add_argument("--experts", default="grouped_mm",
+                        help="transformers experts implementation (one without host syncs)")
+    parser.add_argument("--json", help="also write the results here")
+    return parser.parse_args()
+
+
+def build_model(arguments):
+    config = transformers.Qwen3MoeConfig(**{**QWEN3_30B_A3B,
+                                            "num_hidden_layers": arguments.layers})
+    torch.manual_seed(0)
+    with torch.device("cuda"):  # initialise the weights on the GPU: seconds, not minutes
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, dtype=torch.bfloat16, experts_implementation=arguments.experts)
+    return model.eval()
+
+
+class SglangStyleRecording:
+    """Counts each router's top-k ids with torch ops in a forward hook, as SGLang's
+    single-pass gatherer does: ids of -1 masked, scatter_add_ into [layers, experts] int32."""
+
+    def __init__(self, model):
+        routers = moestat_hf.find_routers(model)
+        config = model.config
+        self.counts = torch.zeros(config.num_hidden_layers, config.num_experts,
+                                  dtype=torch.int32, device="cuda")
+        self._hooks = [router.register_forward_hook(self._hook_for(layer))
+                       for layer, router in routers.items()]
+
+    def _hook_for(self, layer):
+        def record(router, args, output):
+            ids = output[moestat_hf._TOP_K_IDS].flatten()
+            real = ids != -1
+            self.counts[layer].scatter_add_(0, ids.masked_fill(~real, 0).long(), real.int())
+        return record
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for hook in self._hooks:
+            hook.remove()
+
+
+def captured(step):
+    """step() captured in a CUDA graph, after a warm-up on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def milliseconds_per_step(run, steps):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        run()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / steps
+
+
+def time_in_turns(runs: dict, arguments) -> dict:
+    """{variant: median ms per step}; each round times every variant once, in turn, so that
+    clock and thermal drift fall on all of them alike. runs: {variant: (setup, run)}, setup
+    a context manager entered around the variant's steps."""
+    times = {variant: [] for variant in runs}
+    for variant, (setup, run) in runs.items():  # warm-up
+        with setup():
+            milliseconds_per_step(run, 3)
+    for _ in range(arguments.rounds):
+        for variant, (setup, run) in runs.items():
+            with setup():
+                times[variant].append(milliseconds_per_step(run, arguments.steps))
+    return {variant: statistics.median(values) for variant, values in times.items()}
+
+
+def measure(model, recorder, step, graphs: bool, arguments) -> dict:
+    """Median ms per step of step() with recording off, by moestat (also stopped) and
+    SGLang-style; in CUDA graphs captured once per variant, or eagerly with the hooks on."""
+    def attached():
+        return moestat_hf.attach(model, recorder)
+
+    def sglang_style():
+        return SglangStyleRecording(model)
+
+    @contextlib.contextmanager
+    def moestat_recording(on: bool):
+        if on:
+            recorder.start()  # clears the last round's passes
+        else:
+            recorder.stop()
+        yield
+
+    @contextlib.contextmanager
+    def moestat_attached_and_recording():
+        recorder.start()
+        with attached():
+            yield
+
+    nothing = contextlib.nullcontext
+    if graphs:
+        graph, kept = {}, []
+        for variant, hooks in (("off", nothing), ("moestat", attached),
+                               ("sglang-style", sglang_style)):
+            with hooks() as recording:
+                graph[variant] = captured(step)
+            kept.append(recording)  # the graphs write into its tensors: they must outlive it
+        runs = {
+            "off": (nothing, graph["off"].replay),
+            "moestat": (lambda: moestat_recording(True), graph["moestat"].replay),
+            "moestat stopped": (lambda: moestat_recording(False), graph["moestat"].replay),
+            "sglang-style": (nothing, graph["sglang-style"].replay),
+        }
+    else:
+        runs = {
+            "off": (nothing, step),
+            "moestat": (moestat_attached_and_recording, step),
+            "sglang-style": (sglang_style, step),
+        }
+    times = time_in_turns(runs, arguments)
+    recorder.stop()
+    return times
+
+
+def check_recorded(recorder, tokens: int, steps: int) -> str:
+    """Whether moestat's last recorded round holds steps passes of tokens * top_k ids in every
+    MoE layer: a recording that is fast because it counts nothing would fail here."""
+    torch.cuda.synchronize()
+    counts = recorder.snapshot().logical_counts
+    moe = recorder.topology.moe_layers
+    per_layer = counts.sum(axis=2)[:, moe]
+    if counts.shape[0] == steps and (per_layer == tokens * recorder.topology.top_k).all():
+        return "ok"
+    return f"WRONG: {counts.shape[0]} passes, per-layer sums {sorted(set(per_layer.flat))[:4]}"
+
+
+def decode_step(model, batch: int, context: int):
+    """A step() decoding one token for each of batch sequences at position context - 1 of a
+    static cache (its contents do not matter to the time)."""
+    cache = transformers.StaticCache(config=model.config, max_cache_len=context)
+    input_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device="cuda")
+    position = torch.full((batch, 1), context - 1, device="cuda")
+    cache_position = torch.tensor([context - 1], device="cuda")
+
+    def step():
+        model(input_ids=input_ids, position_ids=position, cache_position=cache_position,
+              past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return step
+
+
+def prefill_step(model, tokens: int):
+    input_ids = torch.randint(0, model.config.vocab_size, (1, tokens), device="cuda")
+
+    def step():
+        model(input_ids=input_ids, use_cache=False, logits_to_keep=1)
+    return step
+
+
+def table(rows) -> str:
+    lines = ["| step | off (ms) | moestat (ms) | moestat added | moestat stopped added | "
+             "SGLang-style added | SGLang-style / moestat | counts |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, times, check in rows:
+        off = times["off"]
+
+        def added(variant):
+            if variant not in times:
+                return "-"
+            extra = times[variant] - off
+            return f"{extra:+.4f} ms ({100 * extra / off:+.2f}%)"
+
+        moestat_extra = times["moestat"] - off
+        ratio = (f"{(times['sglang-style'] - off) / moestat_extra:.1f}x"
+                 if moestat_extra > 0 else "-")
+        lines.append(f"| {name} | {off:.4f} | {times['moestat']:.4f} | {added('moestat')} | "
+                     f"{added('moestat stopped')} | {added('sglang-style')} | {ratio} | {check} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    arguments = parse_arguments()
+    if not (torch.cuda.is_available() and moestat.has_cuda):
+        sys.exit("needs a GPU and moestat built with its CUDA recorder")
+    began = time.time()
+    model = build_model(arguments)
+    recorder = moestat.CudaRecorder(moestat_hf.topology_from_config(model.config),
+                                    max_tokens_per_pass=max(arguments.prefill,
+                                                            max(arguments.batches)))
+    rows = []  # (step, {variant: ms}, moestat's count check)
+
+    def run(name, step, tokens, graphs):
+        times = measure(model, recorder, step, graphs, arguments)
+        rows.append((name, times, check_recorded(recorder, tokens, arguments.steps)))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+
+    with torch.no_grad():
+        for batch in arguments.batches:
+            run(f"decode, batch {batch}, graph", decode_step(model, batch, arguments.context),
+                batch, True)
+            torch.cuda.empty_cache()
+        step = prefill_step(model, arguments.prefill)
+        for graphs in (False, True):
+            run(f"prefill {arguments.prefill}, {'graph' if graphs else 'eager'}", step,
+                arguments.prefill, graphs)
+    device = torch.cuda.get_device_name()
+    print(f"\n{arguments.layers} layers of Qwen3-30B-A3B, bf16, {device}, torch "
+          f"{torch.__version__}, transformers {transformers.__version__}, experts "
+          f"{arguments.experts}, median of {arguments.rounds} rounds of {arguments.steps} "
+          f"steps ({time.time() - began:.0f} s)\n")
+    print(table(rows))
+    if arguments.json:
+        with open(arguments.json, "w") as file:
+            json.dump({"device": device, "torch": torch.__version__,
+                       "transformers": transformers.__version__, "layers": arguments.layers,
+                       "context": arguments.context, "experts": arguments.experts,
+                       "rounds": arguments.rounds, "steps": arguments.steps,
+                       "ms_per_step": {name: times for name, times, _ in rows},
+                       "counts": {name: check for name, _, check in rows}}, file, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
