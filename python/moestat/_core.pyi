@@ -259,7 +259,7 @@ class CudaRecorder(Recorder):
 
     def pass_count_row(self, layer: int) -> Annotated[Any, dict(dtype='int32', shape=(None,), order='C', device='cuda')]:
         """
-        Layer layer's count row of the open pass, for an engine kernel that adds per-expert token counts itself (SGLang's get_current_pass_count_buffer): int32 [P] on the recorder's GPU, one add per routed (token, k) by physical expert id. end_pass folds it into the pass; begin_pass clears it when the pass records, and what is added while no pass records is discarded. torch.from_dlpack(row) or torch.as_tensor(row) views it without a copy; the array keeps the recorder alive. Adds must come on the recorder's stream between begin_pass and end_pass. The layer must be a MoE layer; stat, per_pass and decayed modes only.
+        The open pass's count row of a MoE layer, for an engine kernel that adds per-expert token counts itself (SGLang's get_current_pass_count_buffer): int32 [P] on the recorder's GPU, one add per routed (token, k) at its physical id. end_pass folds it into the pass; begin_pass clears it when the pass records, and what is added while no pass records is discarded. torch.from_dlpack(row) or torch.as_tensor(row) views it without a copy; the array keeps the recorder alive. Adds must come on the recorder's stream between begin_pass and end_pass; stat, per_pass and decayed modes only.
         """
 
 def plan_deepseek(loads: Annotated[NDArray, dict(writable=False)], num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int) -> Placement:
