@@ -48,7 +48,7 @@ compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/gpu/moestat
 tail -n 2 "$out/sanitizer.log"
 
 echo "== Python package and engine tests on CUDA"
-export PYTHONPATH="$PWD/build-gpu/python" MOESTAT_SHARED="$PWD/../shared"
+export PYTHONPATH="$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}" MOESTAT_SHARED="$PWD/../shared"
 python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda.py \
   tests/engines/test_sglang_cuda.py tests/engines/test_sglang_differential.py \
   -k "not ranks_over_gloo and not tensor_parallel" \
