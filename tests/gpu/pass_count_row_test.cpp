@@ -93,6 +93,8 @@ TEST(CudaPassCountRow, EngineAddsLandInRecordedPassesOnly) {
     // Not recorded: the CPU recorder ignores its hook, the row keeps the adds until the
     // next recorded pass begins.
     pass_on_both(rng, gpu, cpu, 2);
+    // A snapshot holds the passes that ended on the device; wait for the last one.
+    MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
     expect_same_counts(cpu.snapshot(), gpu.snapshot());
 
     engine_adds(rng, gpu, nullptr, 60);
@@ -101,6 +103,7 @@ TEST(CudaPassCountRow, EngineAddsLandInRecordedPassesOnly) {
     gpu.start();
     pass_on_both(rng, gpu, cpu, 3);
     pass_on_both(rng, gpu, cpu, 4);
+    MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
     const Snapshot actual = gpu.snapshot();
     EXPECT_EQ(actual.num_passes, 2);
     expect_same_counts(cpu.snapshot(), actual);
