@@ -177,6 +177,24 @@ def test_stat_dumps_carry_each_passs_balancedness_when_it_is_reported(
     assert dump["average_utilization_rate_over_window"] == 1.0
 
 
+def test_forward_passes_carry_no_per_pass_metrics(sglang_recorder_module, single_process_group):
+    """SGLang reduces every pass's GPU loads across ranks to hand the model runner a metric;
+    moestat adds no collective to a pass: the values come with the dump."""
+    module, config = sglang_recorder_module
+    setup = Setup("stat", buffer_size=2, report_mode="server_log", threshold=0.9)
+    _, theirs, ours = make_pair(module, config, setup)
+    ids = torch.tensor([[0, 1]])
+    for recorder in (theirs, ours):
+        with recorder.with_forward_pass(0, batch(1)) as outputs:
+            with recorder.with_current_layer(0):
+                recorder.on_select_experts(ids)
+        if recorder is theirs:
+            assert "metrics" in outputs
+        else:
+            assert outputs == {}
+    assert ours.dump_record("object")["eplb_balancedness"].shape == (1,)
+
+
 def test_a_fault_never_reaches_the_engine(sglang_recorder_module, single_process_group):
     module, config = sglang_recorder_module
     _, _, ours = make_pair(module, config, Setup("stat", buffer_size=2))
