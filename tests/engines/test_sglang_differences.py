@@ -94,6 +94,20 @@ def test_a_layer_out_of_range_is_a_counted_fault(sglang_recorder_module, single_
     assert ours.faults == {"on_select_experts_layer_out_of_range": 1}
 
 
+@pytest.mark.parametrize("layer", ["2", 1.9, True])
+def test_a_layer_that_is_not_an_integer_is_a_counted_fault(layer, sglang_recorder_module,
+                                                           single_process_group):
+    module, config = sglang_recorder_module
+    _, _, ours = make_pair(module, config, Setup("stat", buffer_size=2))
+    ours.start_record()
+    with ours.with_forward_pass(0, batch(1)), ours.with_current_layer(layer):
+        ours.on_select_experts(torch.tensor([[0, 1]]))
+        assert ours.get_current_pass_count_buffer(layer) is None
+    assert ours.faults == {"on_select_experts_layer_not_an_index": 1,
+                           "get_current_pass_count_buffer": 1}
+    assert ours.dump_record("object")["logical_count"].sum() == 0
+
+
 def test_each_pass_keeps_the_placement_it_ran_with(sglang_recorder_module, single_process_group):
     """SGLang converts the whole window with the map current at dump time."""
     module, config = sglang_recorder_module

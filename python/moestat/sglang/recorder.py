@@ -334,7 +334,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             return None
         if self._source != sources.SELECT_EXPERTS:
             return None
-        if not isinstance(layer_idx, int) or not 0 <= layer_idx < self._metadata.num_layers:
+        if not _is_layer_index(layer_idx) or not 0 <= layer_idx < self._metadata.num_layers:
             self._fault("get_current_pass_count_buffer",
                         f"layer {layer_idx!r} is not in [0, {self._metadata.num_layers})")
             return None
@@ -363,7 +363,11 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
                         f"{hook} outside with_current_layer: the layer is unknown, so nothing "
                         "is recorded (never into layer 0)")
             return None
-        if not isinstance(layer, (int, np.integer)) or not 0 <= layer < self._metadata.num_layers:
+        if not _is_layer_index(layer):
+            self._fault(f"{hook}_layer_not_an_index",
+                        f"{hook}: layer {layer!r} is not an integer layer index")
+            return None
+        if not 0 <= layer < self._metadata.num_layers:
             self._fault(f"{hook}_layer_out_of_range",
                         f"{hook}: layer {layer!r} is not in [0, {self._metadata.num_layers})")
             return None
@@ -502,6 +506,11 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             logger.error(f"moestat recorder: {error} (further {kind} faults are counted in "
                          "recorder.faults, not logged)")
         self._faults[kind] += 1
+
+
+def _is_layer_index(layer) -> bool:
+    """An integer, not a string, float or bool that would pass for one."""
+    return isinstance(layer, (int, np.integer)) and not isinstance(layer, (bool, np.bool_))
 
 
 def _same_version(a, b):
