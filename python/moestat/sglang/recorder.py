@@ -371,8 +371,9 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             self._fault(f"{hook}_layer_out_of_range",
                         f"{hook}: layer {layer!r} is not in [0, {self._metadata.num_layers})")
             return None
-        if capturing:
-            self._use_current_stream()
+        # The engine may run a layer on another stream (two-batch overlap): count on the
+        # stream the layer's ids are produced on.
+        self._use_current_stream()
         return int(layer)
 
     def _record_tokens(self, layer, topk_ids):
