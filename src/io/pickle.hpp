@@ -24,17 +24,14 @@ struct StorageRef {
 /// returns.
 using StorageLoader = std::function<std::span<const std::byte>(const StorageRef&)>;
 
-struct UnpickleLimits {
-  std::size_t max_depth = 64;
-  /// Bytes the result may hold (strings and tensor data), counting every reference to a
-  /// shared object again.
-  std::size_t max_result_bytes = 0;
-};
+class ReadBudget;
 
-/// Unpickles `pickle` (protocols 2-5, the opcodes torch.save emits). moestat::Error (without
-/// a file name) on anything outside the subset, a malformed stream or a broken limit.
+/// Unpickles `pickle` (protocols 2-5, the opcodes torch.save emits), charging what it
+/// allocates (objects, memo, stack, result) to `budget`. moestat::Error (without a file name)
+/// on anything outside the subset, a malformed stream, nesting deeper than `max_depth` or an
+/// exhausted budget.
 PtValue unpickle(std::span<const std::byte> pickle, const StorageLoader& load_storage,
-                 const UnpickleLimits& limits);
+                 ReadBudget& budget, std::size_t max_depth);
 
 /// Pickles `value` with protocol 2 as torch.save does; every tensor becomes one storage,
 /// appended to `storages` in key order ("0", "1", ...).

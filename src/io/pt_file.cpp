@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "pickle.hpp"
+#include "read_budget.hpp"
 #include "zip_archive.hpp"
 
 namespace moestat::io {
@@ -41,7 +42,10 @@ PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limit
     const std::string_view text(reinterpret_cast<const char*>(order.data()), order.size());
     MOESTAT_CHECK(text == "little", "tensors stored {} endian are not supported", text);
   }
-  const std::vector<std::byte> pickle = zip.read(prefix + "data.pkl", limits.max_pickle_bytes);
+  detail::ReadBudget budget(bytes.size(), limits.max_expansion);
+  const std::string pickle_name = prefix + "data.pkl";
+  budget.spend(zip.size(pickle_name), "the pickle (data.pkl)");
+  const std::vector<std::byte> pickle = zip.read(pickle_name, limits.max_pickle_bytes);
 
   std::unordered_map<std::string, std::vector<std::byte>> storages;
   const detail::StorageLoader load = [&](const detail::StorageRef& ref) {
@@ -57,10 +61,7 @@ PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limit
     }
     return std::span<const std::byte>(found->second);
   };
-  detail::UnpickleLimits unpickle_limits;
-  unpickle_limits.max_depth = limits.max_depth;
-  unpickle_limits.max_result_bytes = limits.max_expansion * bytes.size() + (std::size_t(1) << 20);
-  return detail::unpickle(pickle, load, unpickle_limits);
+  return detail::unpickle(pickle, load, budget, limits.max_depth);
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 // Objects are built in an arena of small nodes addressed by index, so shared references
 // (the memo) and in-place mutation (APPENDS into a memoised list) behave as in Python;
 // the arena is turned into a PtValue tree at the end, with a depth limit (which also stops
-// cycles) and a byte budget (which stops exponential expansion of shared objects).
+// cycles). Everything the pickle makes (arena nodes, memo entries, marks, stack slots, the
+// result, which counts a shared object at every reference) is charged to the file's byte
+// budget when it is made, so neither a long run of cheap opcodes nor exponential sharing can
+// take more memory than the file is allowed.
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include <unordered_map>
 
 #include "pickle.hpp"
+#include "read_budget.hpp"
 
 namespace moestat::io::detail {
 namespace {
@@ -60,6 +64,9 @@ struct TensorNode {
 };
 
 constexpr std::size_t kMaxDims = 32;
+// What one memo entry costs in an unordered_map: its node (key, value, next pointer, rounded
+// up by the allocator) and its share of the bucket array.
+constexpr std::size_t kMemoEntryBytes = 48;
 
 std::string_view kind_name(NodeKind kind) {
   switch (kind) {
@@ -117,15 +124,11 @@ Device parse_location(const std::string& location) {
 
 class Unpickler {
  public:
-  Unpickler(std::span<const std::byte> bytes, const StorageLoader& load_storage,
-            const UnpickleLimits& limits)
-      : in_(bytes), load_storage_(load_storage), limits_(limits) {}
+  Unpickler(std::span<const std::byte> bytes, const StorageLoader& load_storage, ReadBudget& budget,
+            std::size_t max_depth)
+      : in_(bytes), load_storage_(load_storage), budget_(budget), max_depth_(max_depth) {}
 
-  PtValue run() {
-    const std::uint32_t result = execute();
-    budget_ = limits_.max_result_bytes;
-    return convert(result, 0);
-  }
+  PtValue run() { return convert(execute(), 0); }
 
  private:
   // ---- reading the stream ----
@@ -151,6 +154,7 @@ class Unpickler {
     const auto begin = in_.begin() + std::ptrdiff_t(pos_);
     const auto end = std::find(begin, in_.end(), std::byte{'\n'});
     MOESTAT_CHECK(end != in_.end(), "pickle ends inside a GLOBAL name at byte {}", pos_);
+    charge(std::size_t(end - begin));
     std::string out(reinterpret_cast<const char*>(&*begin), std::size_t(end - begin));
     pos_ += out.size() + 1;
     return out;
@@ -158,15 +162,27 @@ class Unpickler {
 
   // ---- the arena and the stack ----
 
+  /// Memory the arena, the memo or the stack is about to take.
+  void charge(std::size_t bytes) { budget_.spend(bytes, "the pickle's objects"); }
+
   std::uint32_t add(NodeKind kind, std::int64_t payload = 0) {
+    charge(sizeof(Node));
     nodes_.push_back({kind, payload});
     return std::uint32_t(nodes_.size() - 1);
   }
   std::uint32_t add_container(NodeKind kind, std::vector<std::uint32_t> items = {}) {
+    charge(sizeof(items) + items.size() * sizeof(std::uint32_t));
     items_.push_back(std::move(items));
     return add(kind, std::int64_t(items_.size() - 1));
   }
+  /// Appends to a list's or dict's items.
+  void extend(std::uint32_t container, std::span<const std::uint32_t> values) {
+    charge(values.size() * sizeof(std::uint32_t));
+    auto& list = items(container);
+    list.insert(list.end(), values.begin(), values.end());
+  }
   std::uint32_t add_str(std::span<const std::byte> text) {
+    charge(sizeof(std::string) + text.size());
     strings_.emplace_back(reinterpret_cast<const char*>(text.data()), text.size());
     return add(NodeKind::kStr, std::int64_t(strings_.size() - 1));
   }
@@ -178,7 +194,10 @@ class Unpickler {
     return strings_[std::size_t(nodes_[index].payload)];
   }
 
-  void push(std::uint32_t index) { stack_.push_back(index); }
+  void push(std::uint32_t index) {
+    charge(sizeof(index));
+    stack_.push_back(index);
+  }
   std::uint32_t pop() {
     MOESTAT_CHECK(stack_.size() > stack_floor(), "pickle pops an empty stack at byte {}", pos_ - 1);
     const std::uint32_t top = stack_.back();
@@ -228,6 +247,7 @@ class Unpickler {
           return result;
         }
         case '(':  // MARK
+          charge(sizeof(std::size_t));
           marks_.push_back(stack_.size());
           break;
         case '0':  // POP
@@ -291,13 +311,12 @@ class Unpickler {
           break;
         case 'a': {  // APPEND
           const std::uint32_t value = pop();
-          items(expect(top(), NodeKind::kList, "APPEND")).push_back(value);
+          extend(expect(top(), NodeKind::kList, "APPEND"), {&value, 1});
           break;
         }
         case 'e': {  // APPENDS
-          std::vector<std::uint32_t> values = pop_to_mark();
-          auto& list = items(expect(top(), NodeKind::kList, "APPENDS"));
-          list.insert(list.end(), values.begin(), values.end());
+          const std::vector<std::uint32_t> values = pop_to_mark();
+          extend(expect(top(), NodeKind::kList, "APPENDS"), values);
           break;
         }
         case 's': {  // SETITEM
@@ -313,13 +332,13 @@ class Unpickler {
           break;
         }
         case 'q':  // BINPUT
-          memo_[byte()] = top();
+          memo_put(byte());
           break;
         case 'r':  // LONG_BINPUT
-          memo_[little<std::uint32_t>()] = top();
+          memo_put(little<std::uint32_t>());
           break;
         case 0x94:  // MEMOIZE
-          memo_[std::uint32_t(memo_.size())] = top();
+          memo_put(std::uint32_t(memo_.size()));
           break;
         case 'h':  // BINGET
           push(memo_get(byte()));
@@ -368,6 +387,12 @@ class Unpickler {
     return std::bit_cast<std::int64_t>(value);
   }
 
+  void memo_put(std::uint32_t key) {
+    const std::uint32_t value = top();
+    if (!memo_.contains(key)) charge(kMemoEntryBytes);
+    memo_[key] = value;
+  }
+
   std::uint32_t memo_get(std::uint32_t key) const {
     const auto found = memo_.find(key);
     MOESTAT_CHECK(found != memo_.end(), "pickle reads memo entry {} that was never stored", key);
@@ -381,11 +406,11 @@ class Unpickler {
       MOESTAT_CHECK(key == NodeKind::kStr || key == NodeKind::kInt,
                     "dict key of type {} is not supported (want str or int)", kind_name(key));
     }
-    auto& list = items(dict);
-    list.insert(list.end(), pairs.begin(), pairs.end());
+    extend(dict, pairs);
   }
 
   std::uint32_t global(const std::string& module, const std::string& name) {
+    charge(sizeof(GlobalNode));
     globals_.emplace_back();
     GlobalNode& out = globals_.back();
     if (module == "torch._utils" && name == "_rebuild_tensor_v2") {
@@ -416,6 +441,7 @@ class Unpickler {
     ref.device = parse_location(str(expect(values[3], NodeKind::kStr, "storage location")));
     ref.numel = node(expect(values[4], NodeKind::kInt, "storage size")).payload;
     MOESTAT_CHECK(ref.numel >= 0, "storage {} has negative size {}", ref.key, ref.numel);
+    charge(sizeof(StorageRef) + ref.key.size());
     storages_.push_back(std::move(ref));
     return add(NodeKind::kStorage, std::int64_t(storages_.size() - 1));
   }
@@ -449,24 +475,23 @@ class Unpickler {
     MOESTAT_CHECK(tensor.shape.size() == tensor.stride.size() && tensor.shape.size() <= kMaxDims,
                   "tensor with {} sizes and {} strides (at most {} dimensions)",
                   tensor.shape.size(), tensor.stride.size(), kMaxDims);
+    charge(sizeof(TensorNode) + 2 * tensor.shape.size() * sizeof(std::int64_t));
     tensors_.push_back(std::move(tensor));
     return add(NodeKind::kTensor, std::int64_t(tensors_.size() - 1));
   }
 
   // ---- building the result ----
 
+  /// Memory the result is about to take.
   void spend(std::size_t bytes) {
-    MOESTAT_CHECK(bytes <= budget_,
-                  "pickle expands beyond {} bytes (shared objects referenced too often)",
-                  limits_.max_result_bytes);
-    budget_ -= bytes;
+    budget_.spend(bytes, "the values read (a shared object counts at every reference)");
   }
 
   PtValue convert(std::uint32_t index, std::size_t depth) {
-    MOESTAT_CHECK(depth <= limits_.max_depth,
-                  "pickle nests deeper than {} levels (or refers to itself)", limits_.max_depth);
+    MOESTAT_CHECK(depth <= max_depth_, "pickle nests deeper than {} levels (or refers to itself)",
+                  max_depth_);
+    // The PtValue itself is charged by its container (or is the root).
     const Node& n = node(index);
-    spend(sizeof(PtValue));
     switch (n.kind) {
       case NodeKind::kNone:
         return {};
@@ -482,6 +507,8 @@ class Unpickler {
       case NodeKind::kList:
       case NodeKind::kTuple: {
         std::vector<PtValue> values;
+        spend(items(index).size() * sizeof(PtValue));
+        values.reserve(items(index).size());
         for (std::uint32_t item : items(index)) values.push_back(convert(item, depth + 1));
         if (n.kind == NodeKind::kList) return PtValue(std::move(values));
         return PtValue(PtTuple{std::move(values)});
@@ -489,6 +516,8 @@ class Unpickler {
       case NodeKind::kDict: {
         const std::vector<std::uint32_t>& pairs = items(index);
         PtDict dict;
+        spend(pairs.size() / 2 * sizeof(PtDict::value_type));
+        dict.reserve(pairs.size() / 2);
         for (std::size_t i = 0; i < pairs.size(); i += 2) {
           dict.emplace_back(convert(pairs[i], depth + 1), convert(pairs[i + 1], depth + 1));
         }
@@ -576,8 +605,8 @@ class Unpickler {
   std::span<const std::byte> in_;
   std::size_t pos_ = 0;
   const StorageLoader& load_storage_;
-  UnpickleLimits limits_;
-  std::size_t budget_ = 0;
+  ReadBudget& budget_;
+  std::size_t max_depth_;
 
   std::vector<Node> nodes_;
   std::vector<std::vector<std::uint32_t>> items_;
@@ -593,8 +622,8 @@ class Unpickler {
 }  // namespace
 
 PtValue unpickle(std::span<const std::byte> pickle, const StorageLoader& load_storage,
-                 const UnpickleLimits& limits) {
-  return Unpickler(pickle, load_storage, limits).run();
+                 ReadBudget& budget, std::size_t max_depth) {
+  return Unpickler(pickle, load_storage, budget, max_depth).run();
 }
 
 }  // namespace moestat::io::detail

@@ -55,7 +55,7 @@ bool ZipReader::contains(const std::string& name) const noexcept {
   return zip_name_locate(archive_, name.c_str(), ZIP_FL_ENC_RAW) >= 0;
 }
 
-std::vector<std::byte> ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
+ZipReader::Record ZipReader::find(const std::string& name) const {
   const zip_int64_t index = zip_name_locate(archive_, name.c_str(), ZIP_FL_ENC_RAW);
   MOESTAT_CHECK(index >= 0, "the archive has no record {}", name);
   zip_stat_t stat;
@@ -67,19 +67,26 @@ std::vector<std::byte> ZipReader::read(const std::string& name, std::uint64_t ma
   MOESTAT_CHECK(stat.comp_method == ZIP_CM_STORE || stat.comp_method == ZIP_CM_DEFLATE,
                 "record {} uses zip compression method {} (want stored or deflate)", name,
                 stat.comp_method);
-  MOESTAT_CHECK(stat.size <= max_bytes, "record {} declares {} bytes, more than the {} allowed",
-                name, stat.size, max_bytes);
   MOESTAT_CHECK(stat.comp_method == ZIP_CM_STORE ? stat.size == stat.comp_size
                                                  : stat.size / kMaxDeflateRatio <= stat.comp_size,
                 "record {} declares {} bytes from {} compressed bytes", name, stat.size,
                 stat.comp_size);
-  std::unique_ptr<zip_file_t, FileCloser> file(zip_fopen_index(archive_, zip_uint64_t(index), 0));
+  return {zip_uint64_t(index), stat.size};
+}
+
+std::uint64_t ZipReader::size(const std::string& name) const { return find(name).size; }
+
+std::vector<std::byte> ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
+  const auto [index, size] = find(name);
+  MOESTAT_CHECK(size <= max_bytes, "record {} declares {} bytes, more than the {} allowed", name,
+                size, max_bytes);
+  std::unique_ptr<zip_file_t, FileCloser> file(zip_fopen_index(archive_, index, 0));
   MOESTAT_CHECK(file != nullptr, "cannot open record {}: {}", name, zip_strerror(archive_));
-  std::vector<std::byte> out(static_cast<std::size_t>(stat.size));
+  std::vector<std::byte> out(static_cast<std::size_t>(size));
   zip_uint64_t done = 0;
-  while (done < stat.size) {
-    const zip_int64_t got = zip_fread(file.get(), out.data() + done, stat.size - done);
-    MOESTAT_CHECK(got > 0, "record {} is shorter than the {} bytes it declares{}", name, stat.size,
+  while (done < size) {
+    const zip_int64_t got = zip_fread(file.get(), out.data() + done, size - done);
+    MOESTAT_CHECK(got > 0, "record {} is shorter than the {} bytes it declares{}", name, size,
                   got < 0 ? fmt::format(" ({})", zip_file_strerror(file.get())) : "");
     done += zip_uint64_t(got);
   }

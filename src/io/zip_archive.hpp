@@ -24,11 +24,21 @@ class ZipReader {
   /// Record names in archive order.
   const std::vector<std::string>& names() const noexcept { return names_; }
   bool contains(const std::string& name) const noexcept;
-  /// A record's bytes. moestat::Error when it is absent, declares more than `max_bytes`,
-  /// uses a compression other than stored or deflate, or yields other than it declares.
+  /// The size a record declares (what read allocates). moestat::Error when it is absent,
+  /// uses a compression other than stored or deflate, or declares more than its compressed
+  /// bytes can hold.
+  std::uint64_t size(const std::string& name) const;
+  /// A record's bytes. moestat::Error as size(), when it declares more than `max_bytes`, or
+  /// when it yields other than it declares.
   std::vector<std::byte> read(const std::string& name, std::uint64_t max_bytes) const;
 
  private:
+  struct Record {
+    std::uint64_t index;
+    std::uint64_t size;
+  };
+  Record find(const std::string& name) const;
+
   struct zip* archive_ = nullptr;
   std::vector<std::string> names_;
 };

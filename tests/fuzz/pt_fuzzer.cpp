@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/pickle.hpp"
+#include "io/read_budget.hpp"
 
 namespace {
 
@@ -39,8 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           zeros.assign(wanted, std::byte{0});
           return std::span<const std::byte>(zeros);
         };
-    read_as_sglang(moestat::io::detail::unpickle(
-        bytes, load, {.max_depth = 64, .max_result_bytes = 16 * size + (1u << 20)}));
+    moestat::io::detail::ReadBudget budget(size, 16);
+    read_as_sglang(moestat::io::detail::unpickle(bytes, load, budget, 64));
   } catch (const moestat::Error&) {
   }
   return 0;

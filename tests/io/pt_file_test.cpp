@@ -348,7 +348,21 @@ TEST(PtFile, RefusesSelfReferenceDeepNestingAndExponentialSharing) {
     laughs += "(h" + std::string(1, char(i)) + "h" + std::string(1, char(i)) + "tq" +
               std::string(1, char(i + 1));
   }
-  expect_error([&] { io::read_pt(bytes_of(archive_with(laughs + "."))); }, {"expands beyond"});
+  expect_error([&] { io::read_pt(bytes_of(archive_with(laughs + "."))); },
+               {"a shared object counts at every reference"});
+}
+
+TEST(PtFile, ChargesWhatThePickleBuildsToTheFilesBudget) {
+  // Runs of one-byte opcodes that each make an object, a memo entry or a mark (issue 14: a
+  // deflated 64 MiB run took 3 GB); here the budget is the file's size plus 1 MiB.
+  const io::PtReadLimits file_plus_1_mib{.max_expansion = 1};
+  const std::size_t n = std::size_t(1) << 20;
+  for (const std::string& pickle :
+       {"\x80\x02" + std::string(n, ']') + ".", "\x80\x02]" + std::string(n, '\x94') + ".",
+        "\x80\x02" + std::string(n, '(') + "N."}) {
+    expect_error([&] { io::read_pt(bytes_of(archive_with(pickle)), "bomb.pt", file_plus_1_mib); },
+                 {"bomb.pt: the pickle's objects would take more than", "bytes of memory"});
+  }
 }
 
 }  // namespace
