@@ -54,6 +54,8 @@ PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limit
       const std::size_t element = dtype_size(ref.dtype);
       MOESTAT_CHECK(std::uint64_t(ref.numel) <= bytes.size() / element + 1,
                     "storage {} of {} elements is larger than the file", ref.key, ref.numel);
+      // Every storage is kept until the end, however little of it a view uses.
+      budget.spend(std::uint64_t(ref.numel) * element, "the tensor storages");
       found = storages
                   .emplace(ref.key,
                            zip.read(prefix + "data/" + ref.key, std::uint64_t(ref.numel) * element))

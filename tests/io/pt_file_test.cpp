@@ -2,6 +2,7 @@
 // refusal (never a crash) of files outside the subset, damaged or hostile.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
+#include <zip.h>
 
 #include <bit>
 #include <fstream>
@@ -363,6 +364,57 @@ TEST(PtFile, ChargesWhatThePickleBuildsToTheFilesBudget) {
     expect_error([&] { io::read_pt(bytes_of(archive_with(pickle)), "bomb.pt", file_plus_1_mib); },
                  {"bomb.pt: the pickle's objects would take more than", "bytes of memory"});
   }
+}
+
+/// A zip of `records` as a compressing tool would write it: records whose name starts with
+/// "pad" stored, every other one deflated (io::detail::zip_archive only stores).
+std::string deflated_archive(const std::vector<std::pair<std::string, std::string>>& records) {
+  zip_error_t error;
+  zip_source_t* buffer = zip_source_buffer_create(nullptr, 0, 0, &error);
+  zip_source_keep(buffer);
+  zip_t* archive = zip_open_from_source(buffer, ZIP_TRUNCATE, &error);
+  for (const auto& [name, data] : records) {
+    const zip_int64_t index = zip_file_add(
+        archive, name.c_str(), zip_source_buffer(archive, data.data(), data.size(), 0), 0);
+    zip_set_file_compression(archive, zip_uint64_t(index),
+                             name.starts_with("pad") ? ZIP_CM_STORE : ZIP_CM_DEFLATE, 9);
+  }
+  EXPECT_EQ(zip_close(archive), 0);
+  zip_source_open(buffer);
+  std::string out;
+  char chunk[1 << 16];
+  for (zip_int64_t got; (got = zip_source_read(buffer, chunk, sizeof chunk)) > 0;) {
+    out.append(chunk, std::size_t(got));
+  }
+  zip_source_close(buffer);
+  zip_source_free(buffer);
+  return out;
+}
+
+TEST(PtFile, ChargesEveryStorageLoadedToTheFilesBudget) {
+  // Four deflated storages of 1 MiB of zeros, each no larger than the file (1 MiB of stored
+  // padding), each read for a one-element view (issue 14: 1100 of 8 MiB took 8 GB).
+  const io::PtReadLimits file_plus_1_mib{.max_expansion = 1};
+  const std::int32_t numel = 1 << 18;
+  std::string pickle = "\x80\x02](";
+  std::vector<std::pair<std::string, std::string>> records{{"pad", std::string(1 << 20, 'x')}};
+  for (char key = '0'; key < '4'; ++key) {
+    pickle +=
+        "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage"
+        "ctorch\nIntStorage\nX\x01\x00\x00\x00"s +
+        key +
+        "X\x03\x00\x00\x00"
+        "cpuJ"s +
+        std::string(reinterpret_cast<const char*>(&numel), sizeof numel) +
+        "tQK\x00(K\x01t(K\x01t\x89}tR"s;
+    records.emplace_back("x/data/"s + key, std::string(std::size_t(numel) * 4, '\0'));
+  }
+  records.emplace_back("x/data.pkl", pickle + "e.");
+  const std::string file = deflated_archive(records);
+  ASSERT_LT(std::size_t(numel) * 4, file.size());
+  EXPECT_EQ(io::read_pt(bytes_of(file)).list().size(), 4u);  // within 16 times the file
+  expect_error([&] { io::read_pt(bytes_of(file), "storages.pt", file_plus_1_mib); },
+               {"storages.pt: the tensor storages would take more than"});
 }
 
 }  // namespace

@@ -94,8 +94,8 @@ struct PtReadLimits {
   std::size_t max_depth = 64;  ///< Nesting of lists, tuples and dicts.
   std::uint64_t max_pickle_bytes = std::uint64_t(64) << 20;  ///< Size of data.pkl.
   /// Memory a read may take beyond the file's bytes, as a multiple of the file size (plus
-  /// 1 MiB): data.pkl, the objects the pickle builds, and the result (a shared object counts
-  /// at every reference).
+  /// 1 MiB): data.pkl, the objects the pickle builds, every storage loaded, and the result
+  /// (a shared object counts at every reference).
   std::uint64_t max_expansion = 16;
 };
 
