@@ -9,16 +9,18 @@ each with recording off (no hooks), moestat (moestat.integrations.transformers w
 CudaRecorder; also its graph replayed with the recorder stopped), and SGLang-style recording
 (a forward hook per router doing torch ops: mask the -1 ids, scatter_add_ into an int32
 [layers, experts] buffer, as SGLang's single-pass gatherer does). Variants are timed in turns,
---rounds times, and the median step time of each is reported. Prints a table and, with
---json, writes the numbers.
+--rounds times; the table (bench/hf_step_table.py) gives what each adds to the step, round by
+round, as a median with its range, and says when that is within noise. --host-breakdown adds
+the host time spent in the recording hooks of the eager prefill (bench/hf_hook_timer.py).
+Rows print as they finish, with their seconds; --json is rewritten after every row, so a run
+stopped early keeps the rows it finished.
 
-    python bench/hf_step_cost.py --json bench/results/hf_step_cost_h200.json
-    python bench/hf_step_cost.py --layers 4 --batches 1 16 --rounds 3     (a quick look)
+    python bench/hf_step_cost.py --host-breakdown --json bench/results/hf_step_cost_h200.json
+    python bench/hf_step_cost.py --layers 8 --batches 1 256 --rounds 3     (a quick look)
 """
 import argparse
 import contextlib
 import json
-import statistics
 import sys
 import time
 
@@ -27,6 +29,9 @@ import transformers
 
 import moestat
 from moestat.integrations import transformers as moestat_hf
+
+import hf_step_table
+from hf_hook_timer import HookTimer
 
 # Qwen3-30B-A3B's config.json (its layer shapes; the weights here are random).
 QWEN3_30B_A3B = dict(
@@ -44,10 +49,15 @@ def parse_arguments():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--context", type=int, default=1024, help="KV cache length of decode")
     parser.add_argument("--prefill", type=int, default=4096, help="prefill tokens")
-    parser.add_argument("--steps", type=int, default=20, help="steps timed per round")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds over the variants")
+    # The defaults are to keep the full run (48 layers, 4 decode batches, prefill) within a
+    # 10-minute call on the H200: an estimate scaled from an 8-layer run; each row prints its
+    # seconds.
+    parser.add_argument("--steps", type=int, default=10, help="steps timed per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds over the variants")
     parser.add_argument("--experts", default="grouped_mm",
                         help="transformers experts implementation (one without host syncs)")
+    parser.add_argument("--host-breakdown", action="store_true",
+                        help="also time the host side of the recording hooks, eager prefill")
     parser.add_argument("--json", help="also write the results here")
     return parser.parse_args()
 
@@ -114,9 +124,9 @@ def milliseconds_per_step(run, steps):
 
 
 def time_in_turns(runs: dict, arguments) -> dict:
-    """{variant: median ms per step}; each round times every variant once, in turn, so that
-    clock and thermal drift fall on all of them alike. runs: {variant: (setup, run)}, setup
-    a context manager entered around the variant's steps."""
+    """{variant: [ms per step, one per round]}; each round times every variant once, in turn,
+    so that clock and thermal drift fall on all of them alike. runs: {variant: (setup, run)},
+    setup a context manager entered around the variant's steps."""
     times = {variant: [] for variant in runs}
     for variant, (setup, run) in runs.items():  # warm-up
         with setup():
@@ -125,18 +135,25 @@ def time_in_turns(runs: dict, arguments) -> dict:
         for variant, (setup, run) in runs.items():
             with setup():
                 times[variant].append(milliseconds_per_step(run, arguments.steps))
-    return {variant: statistics.median(values) for variant, values in times.items()}
+    return times
+
+
+def eager_setups(model, recorder) -> dict:
+    """{variant: a context manager that puts its recording on the model} for eager steps."""
+    @contextlib.contextmanager
+    def moestat_attached_and_recording():
+        recorder.start()  # clears the last round's passes
+        with moestat_hf.attach(model, recorder):
+            yield
+
+    return {"off": contextlib.nullcontext, "moestat": moestat_attached_and_recording,
+            "sglang-style": lambda: SglangStyleRecording(model)}
 
 
 def measure(model, recorder, step, graphs: bool, arguments) -> dict:
-    """Median ms per step of step() with recording off, by moestat (also stopped) and
-    SGLang-style; in CUDA graphs captured once per variant, or eagerly with the hooks on."""
-    def attached():
-        return moestat_hf.attach(model, recorder)
-
-    def sglang_style():
-        return SglangStyleRecording(model)
-
+    """{variant: [ms per step, per round]} of step() with recording off, by moestat (also
+    stopped) and SGLang-style; in CUDA graphs captured once per variant, or eagerly with the
+    hooks on."""
     @contextlib.contextmanager
     def moestat_recording(on: bool):
         if on:
@@ -145,17 +162,12 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
             recorder.stop()
         yield
 
-    @contextlib.contextmanager
-    def moestat_attached_and_recording():
-        recorder.start()
-        with attached():
-            yield
-
     nothing = contextlib.nullcontext
     if graphs:
         graph, kept = {}, []
-        for variant, hooks in (("off", nothing), ("moestat", attached),
-                               ("sglang-style", sglang_style)):
+        for variant, hooks in (("off", nothing),
+                               ("moestat", lambda: moestat_hf.attach(model, recorder)),
+                               ("sglang-style", lambda: SglangStyleRecording(model))):
             with hooks() as recording:
                 graph[variant] = captured(step)
             kept.append(recording)  # the graphs write into its tensors: they must outlive it
@@ -166,14 +178,27 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
             "sglang-style": (nothing, graph["sglang-style"].replay),
         }
     else:
-        runs = {
-            "off": (nothing, step),
-            "moestat": (moestat_attached_and_recording, step),
-            "sglang-style": (sglang_style, step),
-        }
+        runs = {variant: (setup, step) for variant, setup in eager_setups(model,
+                                                                          recorder).items()}
     times = time_in_turns(runs, arguments)
     recorder.stop()
     return times
+
+
+def host_breakdown(model, recorder, step, arguments) -> dict:
+    """{variant: median host us in its hooks, per MoE layer and per pass} over eager steps;
+    "off" is the timing hooks alone."""
+    result = {}
+    for variant, setup in eager_setups(model, recorder).items():
+        with setup():
+            timer = HookTimer(model)
+            for _ in range(arguments.steps):
+                step()
+            timer.remove()
+        torch.cuda.synchronize()
+        result[variant] = timer.medians_us()
+    recorder.stop()
+    return result
 
 
 def check_recorded(recorder, tokens: int, steps: int) -> str:
@@ -210,27 +235,6 @@ def prefill_step(model, tokens: int):
     return step
 
 
-def table(rows) -> str:
-    lines = ["| step | off (ms) | moestat (ms) | moestat added | moestat stopped added | "
-             "SGLang-style added | SGLang-style / moestat | counts |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for name, times, check in rows:
-        off = times["off"]
-
-        def added(variant):
-            if variant not in times:
-                return "-"
-            extra = times[variant] - off
-            return f"{extra:+.4f} ms ({100 * extra / off:+.2f}%)"
-
-        moestat_extra = times["moestat"] - off
-        ratio = (f"{(times['sglang-style'] - off) / moestat_extra:.1f}x"
-                 if moestat_extra > 0 else "-")
-        lines.append(f"| {name} | {off:.4f} | {times['moestat']:.4f} | {added('moestat')} | "
-                     f"{added('moestat stopped')} | {added('sglang-style')} | {ratio} | {check} |")
-    return "\n".join(lines)
-
-
 def main() -> int:
     arguments = parse_arguments()
     if not (torch.cuda.is_available() and moestat.has_cuda):
@@ -240,12 +244,24 @@ def main() -> int:
     recorder = moestat.CudaRecorder(moestat_hf.topology_from_config(model.config),
                                     max_tokens_per_pass=max(arguments.prefill,
                                                             max(arguments.batches)))
-    rows = []  # (step, {variant: ms}, moestat's count check)
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "transformers": transformers.__version__, "layers": arguments.layers,
+               "context": arguments.context, "experts": arguments.experts,
+               "rounds": arguments.rounds, "steps": arguments.steps,
+               "rounds_ms": {}, "counts": {}, "host_us": {}}
 
     def run(name, step, tokens, graphs):
-        times = measure(model, recorder, step, graphs, arguments)
-        rows.append((name, times, check_recorded(recorder, tokens, arguments.steps)))
-        print(table(rows[-1:]).splitlines()[-1], flush=True)
+        row_began = time.time()
+        results["rounds_ms"][name] = measure(model, recorder, step, graphs, arguments)
+        results["counts"][name] = check_recorded(recorder, tokens, arguments.steps)
+        if arguments.host_breakdown and not graphs:
+            results["host_us"][name] = host_breakdown(model, recorder, step, arguments)
+        row = hf_step_table.step_table({name: results["rounds_ms"][name]},
+                                       {name: results["counts"][name]})
+        print(f"{row.splitlines()[-1]} ({time.time() - row_began:.0f} s)", flush=True)
+        if arguments.json:
+            with open(arguments.json, "w") as file:
+                json.dump(results, file, indent=1)
 
     with torch.no_grad():
         for batch in arguments.batches:
@@ -256,20 +272,14 @@ def main() -> int:
         for graphs in (False, True):
             run(f"prefill {arguments.prefill}, {'graph' if graphs else 'eager'}", step,
                 arguments.prefill, graphs)
-    device = torch.cuda.get_device_name()
-    print(f"\n{arguments.layers} layers of Qwen3-30B-A3B, bf16, {device}, torch "
+    print(f"\n{arguments.layers} layers of Qwen3-30B-A3B, bf16, {results['device']}, torch "
           f"{torch.__version__}, transformers {transformers.__version__}, experts "
-          f"{arguments.experts}, median of {arguments.rounds} rounds of {arguments.steps} "
-          f"steps ({time.time() - began:.0f} s)\n")
-    print(table(rows))
-    if arguments.json:
-        with open(arguments.json, "w") as file:
-            json.dump({"device": device, "torch": torch.__version__,
-                       "transformers": transformers.__version__, "layers": arguments.layers,
-                       "context": arguments.context, "experts": arguments.experts,
-                       "rounds": arguments.rounds, "steps": arguments.steps,
-                       "ms_per_step": {name: times for name, times, _ in rows},
-                       "counts": {name: check for name, _, check in rows}}, file, indent=1)
+          f"{arguments.experts}, {arguments.rounds} rounds of {arguments.steps} steps "
+          f"({time.time() - began:.0f} s)\n")
+    print(hf_step_table.step_table(results["rounds_ms"], results["counts"]))
+    if results["host_us"]:
+        print("\nHost time in the recording hooks of an eager step (median, us):\n")
+        print(hf_step_table.host_table(results["host_us"]))
     return 0
 
 

@@ -14,12 +14,19 @@ Two things about ops shape this module:
   made by :func:`ordering_token` (its contents are never read or written): that keeps the
   ops in the graph and in order (begin_pass, every record_topk, end_pass).
 
+Call the ops through :func:`begin_pass`, :func:`record_topk` and :func:`end_pass`: while
+torch.compile traces they emit the op; otherwise they run its implementation at once (which
+also serves a forward captured with torch.cuda.graph), because the dispatcher's path to a
+Python custom op (autograd, ADInplaceOrView and backend layers, each in Python) costs an
+eager forward several times the recorder's own host time per MoE layer
+(docs/transformers.md).
+
     import moestat.torch_ops as ops
     recorder_id = ops.register(recorder)
     token = ops.ordering_token(device)
-    torch.ops.moestat.begin_pass(token, recorder_id)
-    torch.ops.moestat.record_topk(token, recorder_id, layer, topk_ids)  # [, num_valid_tokens]
-    torch.ops.moestat.end_pass(token, recorder_id)
+    ops.begin_pass(token, recorder_id)
+    ops.record_topk(token, recorder_id, layer, topk_ids)  # [, num_valid_tokens]
+    ops.end_pass(token, recorder_id)
     ops.unregister(recorder_id)
 """
 
@@ -28,6 +35,7 @@ import threading
 from typing import Optional
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
 from ._core import Error, Recorder
 
@@ -74,6 +82,32 @@ def ordering_token(device: "torch.device | str") -> torch.Tensor:
     return token
 
 
+def begin_pass(token: torch.Tensor, recorder_id: int) -> None:
+    """Opens a pass of the recorder."""
+    if torch.compiler.is_compiling():
+        torch.ops.moestat.begin_pass(token, recorder_id)
+    else:
+        _open_pass(token, recorder_id)
+
+
+def record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                num_valid_tokens: Optional[torch.Tensor] = None) -> None:
+    """Counts one layer's top-k ids; num_valid_tokens: None (every row), or a one-element
+    tensor on topk_ids' device holding how many leading rows are real."""
+    if torch.compiler.is_compiling():
+        torch.ops.moestat.record_topk(token, recorder_id, layer, topk_ids, num_valid_tokens)
+    else:
+        _record(token, recorder_id, layer, topk_ids, num_valid_tokens)
+
+
+def end_pass(token: torch.Tensor, recorder_id: int) -> None:
+    """Closes the open pass of the recorder."""
+    if torch.compiler.is_compiling():
+        torch.ops.moestat.end_pass(token, recorder_id)
+    else:
+        _close_pass(token, recorder_id)
+
+
 def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
     registration = _registrations.get(recorder_id)
     if registration is None:
@@ -85,37 +119,51 @@ def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
     return registration
 
 
-@torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))
-def _begin_pass(token: torch.Tensor, recorder_id: int) -> None:
+def _open_pass(token: torch.Tensor, recorder_id: int) -> None:
     registration = _registered(recorder_id, token)
     registration.recorder.begin_pass(registration.next_pass_id)
     registration.next_pass_id += 1
 
 
-@torch.library.custom_op("moestat::record_topk", mutates_args=("token",))
-def _record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
-                 num_valid_tokens: Optional[torch.Tensor] = None) -> None:
-    """num_valid_tokens: None (every row), or a one-element tensor on topk_ids' device."""
-    _registered(recorder_id, token).recorder.record_topk(layer, topk_ids,
-                                                         num_valid_tokens=num_valid_tokens)
+def _record(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
+    # The recorder gets DLPack capsules: handed a tensor, it would call Tensor.__dlpack__,
+    # whose Python checks doubled the host time of this call in an eager forward (CPU).
+    _registered(recorder_id, token).recorder.record_topk(
+        layer, to_dlpack(topk_ids),
+        num_valid_tokens=None if num_valid_tokens is None else to_dlpack(num_valid_tokens))
 
 
-@torch.library.custom_op("moestat::end_pass", mutates_args=("token",))
-def _end_pass(token: torch.Tensor, recorder_id: int) -> None:
+def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
     _registered(recorder_id, token).recorder.end_pass()
 
 
+@torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))
+def _begin_pass_op(token: torch.Tensor, recorder_id: int) -> None:
+    _open_pass(token, recorder_id)
+
+
+@torch.library.custom_op("moestat::record_topk", mutates_args=("token",))
+def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                    num_valid_tokens: Optional[torch.Tensor] = None) -> None:
+    _record(token, recorder_id, layer, topk_ids, num_valid_tokens)
+
+
+@torch.library.custom_op("moestat::end_pass", mutates_args=("token",))
+def _end_pass_op(token: torch.Tensor, recorder_id: int) -> None:
+    _close_pass(token, recorder_id)
+
+
 # Tracing with fake tensors runs these instead: the ops produce nothing to trace.
-@_begin_pass.register_fake
+@_begin_pass_op.register_fake
 def _(token, recorder_id):
     return None
 
 
-@_record_topk.register_fake
+@_record_topk_op.register_fake
 def _(token, recorder_id, layer, topk_ids, num_valid_tokens=None):
     return None
 
 
-@_end_pass.register_fake
+@_end_pass_op.register_fake
 def _(token, recorder_id):
     return None

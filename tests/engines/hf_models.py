@@ -1,6 +1,8 @@
 """Tiny random-weight transformers MoE models, and the routing each of them computes, worked
 out here from the router logits the model itself returns (output_router_logits=True), so that
 the engine tests can check moestat's counts against an independent tally."""
+import functools
+
 import numpy as np
 import torch
 import transformers
@@ -66,6 +68,22 @@ def routers_by_layer(model):
         if isinstance(router, torch.nn.Module) and hasattr(router, "top_k"):
             routers[layer] = router
     return routers
+
+
+def latest_router_logits(model) -> dict:
+    """{MoE layer: the logits its router returned in the model's latest forward}, in layer
+    order, kept current by forward hooks on the routers. The same tensors as
+    output_router_logits=True, without the load-balancing loss ...ForCausalLM computes with
+    them, which fails on prepared masks and copies to the host (a CUDA graph capture refuses)."""
+    logits = {}
+    for layer, router in routers_by_layer(model).items():
+        logits[layer] = None
+        router.register_forward_hook(functools.partial(_keep_router_logits, logits, layer))
+    return logits
+
+
+def _keep_router_logits(logits, layer, router, args, output):
+    logits[layer] = output[0]
 
 
 def top_k_from_logits(model, layer: int, logits: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,41 @@ def test_a_padded_batch_is_counted_as_the_routers_route_its_real_tokens(model_ty
     assert not np.array_equal(with_padding, expected)
 
 
+# transformers prepares the masks itself when generate() runs with a static cache (a 4-D mask,
+# or a dict of them by layer type as for gpt-oss), and so must a user capturing a model with
+# eager attention in a CUDA graph (docs/transformers.md).
+@pytest.mark.parametrize("model_type", [name for name in ("qwen3_moe", "gpt_oss")
+                                        if name in ARCHITECTURES])
+def test_with_a_prepared_mask_which_does_not_tell_padding_every_token_counts(model_type):
+    from transformers.masking_utils import create_masks_for_generate
+
+    model = hf_models.tiny_model(model_type)
+    input_ids, attention_mask = hf_models.padded_batch()
+    masks = create_masks_for_generate(
+        config=model.config, attention_mask=attention_mask, past_key_values=None,
+        inputs_embeds=torch.empty((*input_ids.shape, 0), dtype=model.dtype))
+    assert isinstance(masks, dict) == (model_type == "gpt_oss")
+    router_logits = hf_models.latest_router_logits(model)
+    recorder = recorder_for(model)
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        model(input_ids, attention_mask=masks)
+    counts = recorder.snapshot().logical_counts
+    np.testing.assert_array_equal(counts[0], hf_models.tally(
+        model, list(router_logits.values()), torch.ones_like(attention_mask, dtype=torch.bool)))
+
+
+def test_an_eager_forward_records_without_the_custom_op_dispatcher():
+    # The dispatcher's Python layers for a custom op cost an eager forward several times the
+    # recording itself (moestat.torch_ops): outside torch.compile the hooks call the recorder.
+    model = hf_models.tiny_model("mixtral")
+    input_ids, attention_mask = hf_models.padded_batch()
+    recorder = recorder_for(model)
+    with torch.no_grad(), moestat_hf.attach(model, recorder), torch.profiler.profile() as trace:
+        model(input_ids, attention_mask=attention_mask)
+    assert not [event.name for event in trace.events() if event.name.startswith("moestat::")]
+    assert recorder.snapshot().logical_counts.sum() == int(attention_mask.sum()) * 2 * 4
+
+
 @pytest.mark.parametrize("model_type", ARCHITECTURES)
 def test_generate_records_the_prefill_and_every_decode_step_as_passes(model_type):
     model = hf_models.tiny_model(model_type, seed=1)

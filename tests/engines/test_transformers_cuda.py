@@ -1,6 +1,7 @@
 """moestat.integrations.transformers on a GPU: tiny random-weight models in bf16 recorded by
-CudaRecorder, eagerly (a padded batch, generate()), captured with torch.cuda.graph and
-replayed with recording switched off and on, and compiled with mode="reduce-overhead".
+CudaRecorder, eagerly (a padded batch, generate()), captured with torch.cuda.graph (a padded
+batch where the attention allows it) and replayed with recording switched off and on, and
+compiled with mode="reduce-overhead".
 Counts must equal a tally of each model's own router outputs. Skipped without a GPU and a
 CUDA build of moestat.
 
@@ -79,6 +80,28 @@ def test_generate_in_bf16_records_every_step(model_type):
                                       err_msg=f"pass {step}")
 
 
+def inputs_to_capture(model, seed):
+    """(input_ids, the attention_mask argument, the real rows) of a batch for a forward
+    captured in a CUDA graph, the masks made as a user must make them. transformers builds an
+    sdpa mask from a 2-D padding mask on the device when it sees a capture, so an sdpa model
+    takes the padded batch's 2-D mask and moestat leaves the padding out inside the graph.
+    Eager attention (gpt-oss) copies a host scalar into its mask, which a capture refuses: its
+    masks are prepared before the capture, as generate() prepares them for a static cache;
+    those do not tell moestat which tokens are padding, so that batch has none."""
+    input_ids, attention_mask = hf_models.padded_batch(seed=seed, device="cuda")
+    if model.config._attn_implementation != "eager":
+        return input_ids, attention_mask, attention_mask.bool()
+    from transformers.masking_utils import create_masks_for_generate
+
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(3, hf_models.VOCAB, input_ids.shape, generator=generator).cuda()
+    every_token = torch.ones_like(attention_mask)
+    masks = create_masks_for_generate(
+        config=model.config, attention_mask=every_token, past_key_values=None,
+        inputs_embeds=torch.empty((*input_ids.shape, 0), dtype=model.dtype, device="cuda"))
+    return input_ids, masks, every_token.bool()
+
+
 @pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
 def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_recording(model_type):
     if model_type not in ARCHITECTURES:
@@ -87,14 +110,16 @@ def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_record
     model = cuda_model(model_type, seed=2, experts_implementation="batched_mm")
     recorder = moestat.CudaRecorder(moestat_hf.topology_from_config(model.config),
                                     window_size=-1)
+    static_ids, attention_mask, real = inputs_to_capture(model, seed=2)
     generator = torch.Generator().manual_seed(2)
 
-    def new_tokens():
-        return torch.randint(3, hf_models.VOCAB, (4, 8), generator=generator).cuda()
+    def new_tokens():  # padding stays the pad token
+        ids = torch.randint(3, hf_models.VOCAB, static_ids.shape, generator=generator)
+        return ids.cuda() * real
 
-    static_ids = new_tokens()
-    # No attention mask: every token is real (the compiled test below covers padding).
-    forward = dict(output_router_logits=True, use_cache=False)
+    # Not output_router_logits=True: ...ForCausalLM's load-balancing loss synchronises.
+    router_logits = hf_models.latest_router_logits(model)
+    forward = dict(attention_mask=attention_mask, use_cache=False)
     replays = []  # the router logits of each replay
     with torch.no_grad(), moestat_hf.attach(model, recorder):
         side = torch.cuda.Stream()
@@ -105,12 +130,13 @@ def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_record
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_output = model(static_ids, **forward)
+            model(static_ids, **forward)
+        captured_logits = list(router_logits.values())  # the graph's, rewritten by each replay
 
         def replay():
             static_ids.copy_(new_tokens())
             graph.replay()
-            replays.append([logits.clone() for logits in static_output.router_logits])
+            replays.append([logits.clone() for logits in captured_logits])
 
         recorder.start()  # from here on replays record; the warm-up and capture did not
         replay()
@@ -122,12 +148,12 @@ def test_a_forward_captured_in_a_cuda_graph_records_on_every_replay_while_record
         recorder.start()  # clears what was recorded
         replay()
         second = snapshot_after_the_gpu(recorder)
-    everything = torch.ones(static_ids.numel(), dtype=torch.bool)
-    expected = [hf_models.tally(model, logits, everything) for logits in replays]
+    expected = [hf_models.tally(model, logits, real) for logits in replays]
     assert first.logical_counts.shape[0] == 2 and second.logical_counts.shape[0] == 1
     np.testing.assert_array_equal(first.logical_counts[0], expected[0])
     np.testing.assert_array_equal(first.logical_counts[1], expected[1])
     np.testing.assert_array_equal(second.logical_counts[0], expected[3])
+    assert first.pass_num_tokens.tolist() == [int(real.sum())] * 2
     assert not np.array_equal(expected[0], expected[1]), "replays must route differently"
 
 

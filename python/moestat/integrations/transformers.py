@@ -12,8 +12,9 @@
 Every MoE layer of these models has a router module that returns ``(logits, weights,
 top_k_ids)``; a forward hook on it records the ids under the index of the decoder layer it
 sits in. Hooks on the model itself open a pass before each forward and close it after.
-Hooks call moestat's torch ops (``moestat.torch_ops``), so a model compiled with
-``torch.compile(fullgraph=True)`` or captured in a CUDA graph records too (docs/transformers.md).
+Hooks call moestat's torch ops (``moestat.torch_ops``; eagerly, their implementation
+directly), so a model compiled with ``torch.compile(fullgraph=True)`` or captured in a CUDA
+graph records too (docs/transformers.md).
 """
 
 import functools
@@ -128,22 +129,22 @@ class RecordingHandle:
 
     def _begin_pass(self, model, args, kwargs):
         self._real_rows_first = _real_rows_first(args, kwargs)
-        torch.ops.moestat.begin_pass(self._token, self._recorder_id)
+        torch_ops.begin_pass(self._token, self._recorder_id)
 
     def _record(self, layer, router, args, output):
         top_k_ids = output[_TOP_K_IDS]
         if self._real_rows_first is None:
-            torch.ops.moestat.record_topk(self._token, self._recorder_id, layer, top_k_ids)
+            torch_ops.record_topk(self._token, self._recorder_id, layer, top_k_ids)
             return
         order, num_real = self._real_rows_first
         if order.shape[0] != top_k_ids.shape[0]:
             raise Error(f"layer {layer}: the router saw {top_k_ids.shape[0]} tokens, the "
                         f"attention mask covers {order.shape[0]}")
-        torch.ops.moestat.record_topk(self._token, self._recorder_id, layer,
-                                      top_k_ids.index_select(0, order), num_real)
+        torch_ops.record_topk(self._token, self._recorder_id, layer,
+                              top_k_ids.index_select(0, order), num_real)
 
     def _end_pass(self, model, args, output):
-        torch.ops.moestat.end_pass(self._token, self._recorder_id)
+        torch_ops.end_pass(self._token, self._recorder_id)
         self._real_rows_first = None
 
 
@@ -185,12 +186,14 @@ def _real_rows_first(args, kwargs):
     """For a forward whose 2-D attention mask ([batch, past + sequence]) marks padding: the
     indices of its [batch * sequence] token rows with the real ones first, and how many are
     real (a one-element tensor, so no host synchronisation and no shape that depends on the
-    data: both stay valid inside a CUDA graph). None without such a mask: every row counts."""
+    data: both stay valid inside a CUDA graph). None without such a mask: every row counts,
+    also with masks transformers prepared (4-D, or a dict by layer type, as generate() passes
+    them with a static cache), which do not say which tokens are padding."""
     mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
     tokens = kwargs.get("input_ids", args[0] if args else None)
     if tokens is None:
         tokens = kwargs.get("inputs_embeds")
-    if mask is None or tokens is None or mask.dim() != 2:
+    if not isinstance(mask, torch.Tensor) or tokens is None or mask.dim() != 2:
         return None
     # The mask spans the cached tokens too; this forward's tokens are its last columns.
     real = mask[:, -tokens.shape[1]:].reshape(-1) != 0
