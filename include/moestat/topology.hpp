@@ -2,9 +2,20 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace moestat {
+
+/// The most layer x physical-slot entries (L x P, and so L x E) moestat takes from a topology
+/// or a file: 2^24, about a thousand times DeepSeek-V3's 61 x 288. Arrays of that shape are
+/// allocated from sizes a file declares (a snapshot with an empty window), so the bound caps
+/// them at 128 MiB of int64 counts.
+inline constexpr std::int64_t kMaxLayerSlots = std::int64_t(1) << 24;
+
+/// moestat::Error, starting with `what`, unless `num_layers` x `num_slots` <= kMaxLayerSlots
+/// (both positive).
+void check_layer_slots(std::string_view what, std::int64_t num_layers, std::int64_t num_slots);
 
 /// Layers, experts and how physical expert slots are spread over ranks.
 ///

@@ -4,6 +4,13 @@
 
 namespace moestat {
 
+void check_layer_slots(std::string_view what, std::int64_t num_layers, std::int64_t num_slots) {
+  MOESTAT_CHECK(num_layers > 0 && num_slots > 0 && num_layers <= kMaxLayerSlots / num_slots,
+                "{}: {} layers x {} physical experts is more than moestat takes ({} = 2^24 "
+                "layer slots, about a thousand times DeepSeek-V3's)",
+                what, num_layers, num_slots, kMaxLayerSlots);
+}
+
 ModelTopology ModelTopology::uniform(std::int64_t num_layers, std::int64_t num_experts,
                                      std::int64_t top_k) {
   ModelTopology topology;
@@ -27,6 +34,7 @@ void ModelTopology::validate() const {
   MOESTAT_CHECK(num_physical_experts >= num_logical_experts,
                 "topology: num_physical_experts ({}) must be at least num_logical_experts ({})",
                 num_physical_experts, num_logical_experts);
+  check_layer_slots("topology", num_layers, num_physical_experts);
   MOESTAT_CHECK(top_k > 0 && top_k <= num_logical_experts,
                 "topology: top_k must be in [1, num_logical_experts = {}], got {}",
                 num_logical_experts, top_k);

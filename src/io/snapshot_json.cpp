@@ -4,6 +4,7 @@
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
+#include <moestat/topology.hpp>
 
 #include "json_support.hpp"
 #include "readers.hpp"
@@ -83,6 +84,7 @@ void validate_snapshot(const Snapshot& s) {
       "snapshot num_physical_experts is {}, expected an integer in [{} "
       "(num_logical_experts), {}]",
       s.num_physical_experts, s.num_logical_experts, kMaxInt32);
+  check_layer_slots("snapshot", s.num_layers, s.num_physical_experts);
   MOESTAT_CHECK(s.top_k > 0 && s.top_k <= s.num_physical_experts,
                 "snapshot top_k is {}, expected an integer in [1, {}]", s.top_k,
                 s.num_physical_experts);
@@ -251,6 +253,9 @@ Snapshot detail::snapshot_from_document(const Json& doc) {
   s.num_logical_experts = int_field(doc, "num_logical_experts", 1, kMaxInt32);
   s.num_physical_experts = int_field(doc, "num_physical_experts", s.num_logical_experts, kMaxInt32);
   s.top_k = int_field(doc, "top_k", 1, s.num_physical_experts);
+  // Before any array is read: readers of the snapshot allocate [L][E] and [L][P] arrays
+  // from these sizes even when the window is empty.
+  check_layer_slots("snapshot", s.num_layers, s.num_physical_experts);
   s.num_passes = int_field(doc, "num_passes");
   s.dropped_ids = int_field(doc, "dropped_ids");
   s.dropped_tokens = int_field(doc, "dropped_tokens");

@@ -100,6 +100,12 @@ Recording load_recording(const std::filesystem::path& path) {
   }
   const io::Document document = io::read_document(path);
   if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
+    // Drawing allocates [L][E] from the sizes the snapshot declares; only counts it holds
+    // are worth that.
+    MOESTAT_CHECK(snapshot->window_size() > 0 || snapshot->num_tokens() > 0 ||
+                      !snapshot->decayed_logical_load.empty(),
+                  "{}: the snapshot holds no counts to draw (mode {}, no pass in its window)",
+                  path.string(), record_mode_name(snapshot->mode));
     out = from_snapshot(*snapshot);
   } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {
     out = from_logical_counts(*counts);

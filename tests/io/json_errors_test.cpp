@@ -122,6 +122,20 @@ TEST(SnapshotJsonErrors, Dimensions) {
                         {"dropped_ids is -5", "non-negative"});
 }
 
+TEST(SnapshotJsonErrors, SizesBeyondTheLayerSlotBound) {
+  // Refused before any array is read: readers allocate [L][E] and [L][P] from these sizes
+  // (issue 14: 10^7 layers of 256 experts and an empty window made inspect grow to 24 GB).
+  expect_snapshot_error(
+      [](json& doc) {
+        doc["num_layers"] = 10000000;
+        doc["num_logical_experts"] = 256;
+        doc["num_physical_experts"] = 256;
+      },
+      {"snapshot: 10000000 layers x 256 physical experts is more than moestat takes", "2^24"});
+  expect_snapshot_error([](json& doc) { doc["num_physical_experts"] = (1 << 23) + 1; },
+                        {"2 layers x 8388609 physical experts"});
+}
+
 TEST(SnapshotJsonErrors, IntegersOutOfRange) {
   // Above int64 (stored by nlohmann as uint64 or as a float).
   expect_error(

@@ -95,6 +95,12 @@ TEST(Topology, TopKMayEqualExpertCountAndPhysicalMayEqualLogical) {
 
 // ---- one error per field ----
 
+TEST(Topology, RejectsMoreLayerSlotsThanTheBound) {
+  EXPECT_EQ(ModelTopology::uniform(std::int64_t(1) << 19, 32, 1).num_layers, 1 << 19);  // 2^24
+  EXPECT_MOESTAT_ERROR(ModelTopology::uniform((std::int64_t(1) << 19) + 1, 32, 1),
+                       "524289 layers x 32 physical experts is more than moestat takes");
+}
+
 TEST(Topology, RejectsNonPositiveLayerCount) {
   ModelTopology topology = reference_topology();
   topology.num_layers = 0;

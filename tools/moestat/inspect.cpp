@@ -193,7 +193,10 @@ class InspectCommand final : public Command {
   void inspect(const Snapshot& s, Json& out) const {
     const bool decayed = s.mode == RecordMode::kDecayed;
     const bool per_token = s.mode == RecordMode::kPerToken;
-    const std::vector<std::int64_t> totals = s.logical_totals();
+    // Only what the file holds: an empty window has no [L][E] totals worth allocating.
+    const bool holds_counts = s.window_size() > 0 || s.num_tokens() > 0;
+    const std::vector<std::int64_t> totals =
+        holds_counts ? s.logical_totals() : std::vector<std::int64_t>{};
     const std::vector<double> loads = decayed ? s.decayed_logical_load : to_double(totals);
     const std::vector<LayerLoad> layers =
         loads.empty() ? std::vector<LayerLoad>{}
