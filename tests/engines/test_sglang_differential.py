@@ -210,3 +210,20 @@ def test_tensor_parallel_ranks_count_their_shared_tokens_once(tmp_path):
     setup = Setup("stat", buffer_size=4, num_physical=8)
     torch.multiprocessing.spawn(
         _rank_main, args=(2, tmp_path / "store", setup, 11, tmp_path, 2, True), nprocs=2)
+
+
+@pytest.mark.parametrize("buffer_size", [3, -1])
+def test_an_empty_recording_dumps_what_sglang_dumps(buffer_size, sglang_recorder_module,
+                                                   single_process_group):
+    module, config = sglang_recorder_module
+    setup = Setup("stat", buffer_size=buffer_size)
+    setup.configure(config)
+    metadata = sglang_harness.make_metadata(setup.num_layers, setup.num_logical,
+                                            setup.num_physical, 1)
+    dumps = []
+    for recorder in (module.ExpertDistributionRecorder.init_new(metadata, rank=0),
+                     moestat.sglang.ExpertDistributionRecorder.init_new(metadata, rank=0)):
+        recorder.start_record()
+        dumps.append(recorder.dump_record("object"))
+    sglang_scenarios.assert_same_dump(*dumps)
+    assert dumps[1]["logical_count"].shape[0] == max(buffer_size, 0)
