@@ -9,28 +9,52 @@
 #include <moestat/io/json.hpp>
 
 namespace moestat::io {
+namespace {
+
+/// What a path is, for a refusal: "a FIFO", "a character device", ...
+const char* kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
 
 std::string read_text_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer before it is refused.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   MOESTAT_CHECK(fd >= 0, "cannot read {}: {}", path.string(), std::strerror(errno));
   std::string out;
   struct stat info {};
-  if (::fstat(fd, &info) != 0 || S_ISDIR(info.st_mode)) {
-    const int error = S_ISDIR(info.st_mode) ? EISDIR : errno;
+  const auto fail = [&](const std::string& why) {
     ::close(fd);
-    MOESTAT_FAIL("cannot read {}: {}", path.string(), std::strerror(error));
+    MOESTAT_FAIL("cannot read {}: {}", path.string(), why);
+  };
+  if (::fstat(fd, &info) != 0) fail(std::strerror(errno));
+  if (S_ISDIR(info.st_mode)) fail(std::strerror(EISDIR));
+  // A device or a FIFO may never end (/dev/zero) or never start (a FIFO without a writer).
+  if (!S_ISREG(info.st_mode)) fail(fmt::format("{}, not a regular file", kind_of(info.st_mode)));
+  if (std::uint64_t(info.st_size) > kMaxFileBytes) {
+    fail(
+        fmt::format("{} bytes, more than moestat reads ({} = 4 GiB)", info.st_size, kMaxFileBytes));
   }
-  if (S_ISREG(info.st_mode)) out.reserve(std::size_t(info.st_size));
+  try {
+    out.reserve(std::size_t(info.st_size));
+  } catch (const std::bad_alloc&) {
+    fail(fmt::format("not enough memory for its {} bytes", info.st_size));
+  }
   char buffer[1 << 16];
   for (;;) {
     const ssize_t got = ::read(fd, buffer, sizeof buffer);
     if (got == 0) break;
     if (got < 0) {
       if (errno == EINTR) continue;
-      const int error = errno;
-      ::close(fd);
-      MOESTAT_FAIL("cannot read {}: {}", path.string(), std::strerror(error));
+      fail(std::strerror(errno));
     }
+    // A file that grows while it is read (a log being written) is held to the same bound.
+    if (out.size() + std::size_t(got) > kMaxFileBytes) fail("it grew past 4 GiB while read");
     out.append(buffer, std::size_t(got));
   }
   ::close(fd);

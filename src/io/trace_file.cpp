@@ -9,10 +9,9 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <moestat/error.hpp>
+#include <moestat/io/json.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/tensor_view.hpp>
 #include <thread>
@@ -171,10 +170,7 @@ std::int64_t TraceFile::num_tokens() const {
 }
 
 TraceFile read_trace_file(const std::filesystem::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  MOESTAT_CHECK(stream.good(), "cannot open trace file {}", path.string());
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(stream)),
-                                std::istreambuf_iterator<char>());
+  const std::string bytes = read_text_file(path);
   return read_trace(std::as_bytes(std::span<const char>(bytes)), path.string());
 }
 

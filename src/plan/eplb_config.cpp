@@ -8,6 +8,10 @@ void EplbConfig::validate(std::int64_t num_experts) const {
   MOESTAT_CHECK(num_replicas > 0 && num_groups > 0 && num_nodes > 0 && num_gpus > 0,
                 "plan: replicas, groups, nodes and gpus must be positive, got P={} G={} N={} R={}",
                 num_replicas, num_groups, num_nodes, num_gpus);
+  MOESTAT_CHECK(num_replicas <= kMaxReplicas,
+                "plan: {} replicas per layer is more than moestat plans for (at most {}, 14 "
+                "times DeepSeek-V3's 288)",
+                num_replicas, kMaxReplicas);
   MOESTAT_CHECK(num_replicas >= num_experts,
                 "plan: {} replicas cannot hold {} logical experts (need replicas >= experts)",
                 num_replicas, num_experts);

@@ -261,6 +261,27 @@ TEST(CliInspect, SnapshotWithAnEmptyWindowAllocatesNoLayerTable) {
       << report.err;
 }
 
+TEST(CliInspect, OutOfMemoryNamesTheFile) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit leaves";
+#else
+  // 100 MB of address space: enough to start, not to hold a 256 MiB (sparse) file. Issue 14:
+  // allocation failures printed a bare std::bad_alloc.
+  ScratchDir dir;
+  const auto big = dir.path() / "big.json";
+  std::ofstream(big).close();
+  std::filesystem::resize_file(big, std::uintmax_t(256) << 20);
+  const auto err = dir.path() / "err";
+  const int status = std::system(fmt::format("ulimit -v 100000 && '{}' inspect {} 2>{}",
+                                             MOESTAT_CLI_PATH, quoted(big), quoted(err))
+                                     .c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_TRUE(contains(test::read_whole_file(err),
+                       "cannot read " + big.string() + ": not enough memory for its 268435456"))
+      << test::read_whole_file(err);
+#endif
+}
+
 TEST(CliInspect, LogicalCounts) {
   ScratchDir dir;
   const auto path = dir.path() / "counts.json";

@@ -232,6 +232,13 @@ TEST(CliPlanCommands, UsageErrorsExitTwo) {
     const CliRun run = run_cli(args);
     EXPECT_EQ(run.code, 2) << run.out << run.err;
   }
+  // Refused before the files are read (issue 14: this ran past 120 s).
+  const CliRun replicas =
+      run_cli("plan --stats " + quoted(stats) + " --replicas 20000000 --gpus 4 " + out);
+  EXPECT_EQ(replicas.code, 2);
+  EXPECT_NE(replicas.err.find("--replicas: Value 20000000 not in range 1 to 4096"),
+            std::string::npos)
+      << replicas.err;
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.json"});
 }
 

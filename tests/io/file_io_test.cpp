@@ -124,6 +124,23 @@ TEST(ReadTextFile, ErrorsNameThePath) {
   expect_error([&] { io::read_text_file(dir.path()); }, {dir.path().string(), "Is a directory"});
 }
 
+TEST(ReadTextFile, RefusesDevicesFifosAndFilesBeyondTheBound) {
+  // Issue 14: /dev/zero grew until allocation failed, a FIFO without a writer blocked.
+  expect_error([] { io::read_text_file("/dev/zero"); },
+               {"cannot read /dev/zero: a character device, not a regular file"});
+  expect_error([] { io::read_text_file("/dev/null"); }, {"a character device"});
+  ScratchDir dir;
+  const auto fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { io::read_text_file(fifo); }, {fifo.string(), "a FIFO, not a regular file"});
+  // Sparse: no disk and no time, refused from its size before a byte is read.
+  const auto big = dir.path() / "big.json";
+  naive_write(big, "");
+  std::filesystem::resize_file(big, io::kMaxFileBytes + 1);
+  expect_error([&] { io::read_text_file(big); },
+               {big.string(), "4294967297 bytes, more than moestat reads"});
+}
+
 TEST(ReadDocument, ErrorsStartWithThePath) {
   ScratchDir dir;
   const auto path = dir.path() / "bad.json";

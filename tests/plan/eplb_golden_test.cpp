@@ -7,6 +7,7 @@
 #include <moestat/plan/metrics.hpp>
 
 #include "plan/plan_test_support.hpp"
+#include "unit/expect_error.hpp"
 
 namespace moestat {
 namespace {
@@ -86,6 +87,15 @@ TEST(EplbGolden, DeepseekMatchesTheReferenceOnEveryLayerWithoutTies) {
   std::printf("compared %lld layers exactly; %lld of %lld layers with ties equal too\n",
               static_cast<long long>(compared), static_cast<long long>(tie_layers_equal),
               static_cast<long long>(tie_layers));
+}
+
+TEST(EplbConfig, RefusesMoreReplicasThanTheBound) {
+  // The planners' time grows faster than linearly with P (issue 14: 20,000,000 ran past
+  // 120 s), so P is bounded before anything is planned.
+  plan::EplbConfig config{plan::kMaxReplicas, 1, 1, 4};
+  config.validate(8);
+  config.num_replicas += 4;
+  EXPECT_MOESTAT_ERROR(config.validate(8), "4100 replicas per layer is more than moestat plans");
 }
 
 }  // namespace

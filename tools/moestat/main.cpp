@@ -1,8 +1,10 @@
 // `moestat`: the command-line tool. Each subcommand lives in its own file.
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <cstdio>
 #include <moestat/error.hpp>
+#include <new>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,6 +47,16 @@ int main(int argc, char** argv) {
   } catch (const moestat::Error& error) {
     std::fflush(stdout);
     fmt::print(stderr, "moestat: error: {}\n", error.message());
+    return moestat::cli::kExitRuntimeError;
+  } catch (const std::bad_alloc&) {
+    // Readers and planners bound what they allocate; this is a machine with less memory than
+    // the bounds allow. Say which command, so the file or size it names is known.
+    std::fflush(stdout);
+    std::vector<std::string_view> args(argv + 1, argv + argc);
+    fmt::print(stderr,
+               "moestat: error: out of memory running `moestat {}`: a file or size it names is "
+               "too large for this machine's memory\n",
+               fmt::join(args, " "));
     return moestat::cli::kExitRuntimeError;
   } catch (const std::exception& error) {
     std::fflush(stdout);

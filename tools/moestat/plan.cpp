@@ -32,7 +32,7 @@ class PlanCommand final : public Command {
         ->capture_default_str();
     sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer (P)")
         ->required()
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(std::int64_t{1}, plan::kMaxReplicas));
     sub->add_option("--groups", config_.num_groups, "Expert groups")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
