@@ -116,7 +116,7 @@ int nesting_depth(const Json& value) {
 
 namespace {
 
-void dump_value(const Json& value, int indent, std::string& out) {
+void dump_value(const OrderedJson& value, int indent, std::string& out) {
   // Arrays of arrays get one child per line; everything else is compact.
   if (value.is_array() && !value.empty() && value.front().is_array()) {
     out += "[\n";
@@ -135,12 +135,12 @@ void dump_value(const Json& value, int indent, std::string& out) {
 
 }  // namespace
 
-std::string dump_document(const Json& document) {
+std::string dump_document(const OrderedJson& document) {
   std::string out = "{\n";
   std::size_t remaining = document.size();
   for (const auto& [key, value] : document.items()) {
     out += "  ";
-    out += Json(key).dump();
+    out += OrderedJson(key).dump();
     out += ": ";
     dump_value(value, 2, out);
     out += --remaining > 0 ? ",\n" : "\n";

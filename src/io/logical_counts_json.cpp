@@ -49,7 +49,7 @@ std::vector<std::int64_t> LogicalCounts::totals() const {
 
 std::string logical_counts_to_json(const LogicalCounts& counts) {
   validate(counts);
-  detail::Json doc = detail::Json::object();
+  detail::OrderedJson doc = detail::OrderedJson::object();
   if (counts.has_window_axis) {
     doc["logical_count"] = detail::to_nested<std::int64_t>(
         counts.counts,

@@ -11,7 +11,7 @@
 namespace moestat::io {
 
 std::string placement_to_json(const Placement& placement) {
-  detail::Json doc = detail::Json::object();
+  detail::OrderedJson doc = detail::OrderedJson::object();
   doc["physical_to_logical_map"] = detail::to_nested<std::int32_t>(
       placement.physical_to_logical(),
       std::array<std::int64_t, 2>{placement.num_layers(), placement.num_physical_experts()});

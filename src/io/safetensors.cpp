@@ -169,7 +169,7 @@ SafetensorsFile read_safetensors_file(const std::filesystem::path& path) {
 }
 
 std::string safetensors_to_bytes(const SafetensorsFile& file) {
-  detail::Json header = detail::Json::object();
+  detail::OrderedJson header = detail::OrderedJson::object();
   if (!file.metadata.empty()) header[std::string(kMetadataKey)] = file.metadata;
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : file.tensors) {

@@ -13,6 +13,7 @@ namespace moestat::io {
 namespace {
 
 using detail::Json;
+using detail::OrderedJson;
 
 constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
@@ -65,8 +66,8 @@ void check_loads(const std::vector<double>& loads, std::string_view name,
 }
 
 /// Loads are [] when absent and [rows][cols] otherwise.
-Json loads_to_json(const std::vector<double>& loads, std::array<std::int64_t, 2> shape) {
-  if (loads.empty()) return Json::array();
+OrderedJson loads_to_json(const std::vector<double>& loads, std::array<std::int64_t, 2> shape) {
+  if (loads.empty()) return OrderedJson::array();
   return detail::to_nested<double>(loads, shape);
 }
 
@@ -139,7 +140,7 @@ std::string snapshot_to_json(const Snapshot& s) {
   validate_snapshot(s);
   const std::int64_t window = s.window_size();
   const std::int64_t tokens = s.num_tokens();
-  Json doc = Json::object();
+  OrderedJson doc = OrderedJson::object();
   doc["format"] = kSnapshotFormat;
   doc["version"] = kSnapshotFormatVersion;
   doc["mode"] = record_mode_name(s.mode);

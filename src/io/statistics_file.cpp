@@ -198,12 +198,12 @@ void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask
   switch (format_of_extension(path)) {
     case FileFormat::kJson: {
       std::vector<bool> flags(mask.on_gpu.begin(), mask.on_gpu.end());
-      detail::Json rows = detail::Json::array();
+      detail::OrderedJson rows = detail::OrderedJson::array();
       for (std::int64_t l = 0; l < mask.num_layers; ++l) {
         rows.push_back(std::vector<bool>(flags.begin() + l * mask.num_experts,
                                          flags.begin() + (l + 1) * mask.num_experts));
       }
-      detail::Json document = detail::Json::object();
+      detail::OrderedJson document = detail::OrderedJson::object();
       document[std::string(kMaskKey)] = std::move(rows);
       return write_file_atomically(path, detail::dump_document(document));
     }

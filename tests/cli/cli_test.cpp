@@ -8,6 +8,7 @@
 #include <fstream>
 #include <moestat/io/json.hpp>
 #include <moestat/io/pt.hpp>
+#include <moestat/io/safetensors.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
@@ -629,6 +630,20 @@ TEST(CliInspect, TorchFileListsItsContentsAndSummarisesTheStatistics) {
   EXPECT_EQ(doc.at("kind"), "logical_count");
   EXPECT_EQ(doc.at("total_assignments"), 27);
   EXPECT_EQ(doc.at("contents").at("[\"rank\"]"), "int 0");
+}
+
+TEST(CliInspect, ListsTheFirstTwoHundredTensorsOfASafetensorsFile) {
+  // As for .pt files (issue 14: a header of 160k tensors was listed whole, slowly).
+  ScratchDir dir;
+  io::SafetensorsFile file;
+  for (int i = 0; i < 300; ++i) {
+    file.tensors.emplace_back(fmt::format("t{:03}", i),
+                              io::HostTensor::of<std::int32_t>({1}, std::vector<std::int32_t>{i}));
+  }
+  io::write_safetensors_file(dir.path() / "many.safetensors", file);
+  const CliRun json = run_cli("inspect --json " + quoted(dir.path() / "many.safetensors"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out).at("contents").size(), 200u);
 }
 
 TEST(CliInspect, OtherTorchFilesAndSafetensorsAndMasks) {

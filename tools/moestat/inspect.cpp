@@ -179,7 +179,11 @@ class InspectCommand final : public Command {
         for (const auto& [key, value] : file.metadata) {
           lines.emplace_back("__metadata__[\"" + key + "\"]", "str \"" + value + "\"");
         }
-        for (const auto& [name, tensor] : file.tensors) lines.emplace_back(name, describe(tensor));
+        // The first lines only, as for .pt files: a header may name 100,000 tensors.
+        for (const auto& [name, tensor] : file.tensors) {
+          if (lines.size() == kMaxContentLines) break;
+          lines.emplace_back(name, describe(tensor));
+        }
         inspect_statistics(out);
         inspect_contents(lines, out);
         break;
