@@ -18,6 +18,45 @@ Json parse_json(std::string_view text) {
   }
 }
 
+namespace {
+
+/// Collects the keys of the top-level object as a SAX parse meets them. (A parser callback
+/// would do it in the DOM parse, but nlohmann's callback parser scans an object's members
+/// at the end of each child: quadratic.)
+struct TopLevelKeys : nlohmann::json_sax<Json> {
+  std::vector<std::string>& keys;
+  int depth = 0;
+
+  explicit TopLevelKeys(std::vector<std::string>& out) : keys(out) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& name) override {
+    if (depth == 1) keys.push_back(name);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
+}  // namespace
+
+Json parse_json(std::string_view text, std::vector<std::string>& top_level_keys) {
+  Json out = parse_json(text);  // errors say where and why
+  TopLevelKeys keys(top_level_keys);
+  Json::sax_parse(text, &keys);
+  return out;
+}
+
 void require_object(const Json& document, std::string_view what) {
   MOESTAT_CHECK(document.is_object(), "expected a JSON object ({}) at the top level, got {}", what,
                 describe(document));

@@ -21,6 +21,9 @@ using OrderedJson = nlohmann::ordered_json;
 
 /// Parses `text`; moestat::Error "not valid JSON: <where and why>" otherwise.
 Json parse_json(std::string_view text);
+/// Parses `text` as above and lists the keys of the top-level object in document order,
+/// which its map forgets.
+Json parse_json(std::string_view text, std::vector<std::string>& top_level_keys);
 
 /// Throws unless `document` is a JSON object; `what` names the expected document.
 void require_object(const Json& document, std::string_view what);

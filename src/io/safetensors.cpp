@@ -102,13 +102,20 @@ SafetensorsFile parse(std::span<const std::byte> bytes) {
                                 std::size_t(header_size));
   MOESTAT_CHECK(!header.empty() && header.front() == '{',
                 "not a safetensors file: the header does not start with '{{'");
-  const detail::Json document = detail::parse_json(header);
+  std::vector<std::string> keys;  // in the header's order, which orders empty tensors
+  const detail::Json document = detail::parse_json(header, keys);
   MOESTAT_CHECK(document.is_object(), "the header is not a JSON object");
+  if (keys.size() != document.size()) {
+    // One name twice would mean one tensor to one reader and another to the next.
+    std::sort(keys.begin(), keys.end());
+    MOESTAT_FAIL("the header names \"{}\" twice", *std::adjacent_find(keys.begin(), keys.end()));
+  }
   const std::span<const std::byte> buffer = bytes.subspan(8 + std::size_t(header_size));
 
   SafetensorsFile file;
   std::vector<Entry> entries;
-  for (const auto& [key, value] : document.items()) {
+  for (const std::string& key : keys) {
+    const detail::Json& value = document.find(key).value();
     if (key == kMetadataKey) {
       MOESTAT_CHECK(value.is_object(), "__metadata__ is not an object");
       for (const auto& [meta_key, meta_value] : value.items()) {
@@ -120,7 +127,7 @@ SafetensorsFile parse(std::span<const std::byte> bytes) {
     entries.push_back(parse_entry(key, value, buffer.size()));
   }
   // The data must be tiled exactly: no overlap, no hole, nothing after the last tensor.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   std::uint64_t covered = 0;
