@@ -203,6 +203,9 @@ ReplanResult replan_with_few_copies(const Placement& previous,
                                     std::span<const ExpertLoads> scenarios,
                                     const EplbConfig& config, const ReplanOptions& options) {
   MOESTAT_CHECK(!scenarios.empty(), "replan: need at least one load matrix");
+  // Written so that NaN fails it: every comparison with NaN is false.
+  MOESTAT_CHECK(options.target_balancedness >= 0.0 && options.target_balancedness <= 1.0,
+                "replan: target balancedness {} is outside [0, 1]", options.target_balancedness);
   const ExpertLoads combined = equal_weight_sum(scenarios);
   combined.validate();
   config.validate(combined.num_experts);

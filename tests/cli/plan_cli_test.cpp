@@ -232,6 +232,20 @@ TEST(CliPlanCommands, UsageErrorsExitTwo) {
     const CliRun run = run_cli(args);
     EXPECT_EQ(run.code, 2) << run.out << run.err;
   }
+  // Fractions that are not numbers in [0, 1] (issue 14: --target nan passed the range check
+  // and wrote the previous placement unchanged).
+  for (const std::string value : {"nan", "NaN", "inf", "-inf", "1.5"}) {
+    for (const std::string& args :
+         {"plan --stats " + quoted(stats) + " --previous " + quoted(stats) + " --target " + value +
+              " " + kShape + " " + out,
+          "hot-experts --stats " + quoted(stats) + " --strategy frequency --ratio " + value + " " +
+              out}) {
+      SCOPED_TRACE(args);
+      const CliRun run = run_cli(args);
+      EXPECT_EQ(run.code, 2) << run.out << run.err;
+      EXPECT_NE(run.err.find("Value " + value), std::string::npos) << run.err;
+    }
+  }
   // Refused before the files are read (issue 14: this ran past 120 s).
   const CliRun replicas =
       run_cli("plan --stats " + quoted(stats) + " --replicas 20000000 --gpus 4 " + out);

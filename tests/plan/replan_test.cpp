@@ -3,7 +3,9 @@
 // one workload's plan to another's (skipped where the data is absent).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <moestat/plan/metrics.hpp>
 #include <moestat/plan/replan.hpp>
 #include <numeric>
@@ -34,6 +36,19 @@ std::int64_t changed_slots(const Placement& a, const Placement& b, std::int64_t 
     n += a.logical_of(layer, p) != b.logical_of(layer, p) ? 1 : 0;
   }
   return n;
+}
+
+TEST(Replan, RefusesATargetThatIsNotInTheUnitInterval) {
+  // Issue 14: a NaN target compared false with every balancedness, so nothing moved.
+  const plan::EplbConfig config{40, 1, 1, 8};
+  const plan::ExpertLoads loads = skewed_loads(3, 32, 1);
+  const Placement good = plan::plan_moestat({&loads, 1}, config);
+  for (double target : {std::nan(""), -0.5, 1.5, std::numeric_limits<double>::infinity()}) {
+    EXPECT_MOESTAT_ERROR(
+        plan::replan_with_few_copies(good, {&loads, 1}, config,
+                                     {.target_balancedness = target, .planner = {}}),
+        "is outside [0, 1]");
+  }
 }
 
 TEST(Replan, LayersAtTheTargetAreLeftAlone) {

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <string>
 
 namespace moestat::cli {
 
@@ -10,6 +11,17 @@ namespace moestat::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntimeError = 1;  ///< A moestat::Error: bad file, failed check.
 inline constexpr int kExitUsageError = 2;    ///< Bad command line (CLI11 parse errors).
+
+/// A number in [0, 1]. CLI::Range lets NaN through (every comparison with NaN is false), so
+/// a fraction is checked as "inside", never as "not outside"; infinities are outside.
+inline const CLI::Validator kFraction(
+    [](std::string& text) -> std::string {
+      double value = 0.0;
+      if (!CLI::detail::lexical_cast(text, value)) return "Value " + text + " is not a number";
+      if (value >= 0.0 && value <= 1.0) return "";
+      return "Value " + text + " not in range [0, 1]";
+    },
+    "FRACTION in [0, 1]");
 
 class Command {
  public:

@@ -33,7 +33,7 @@ class HotExpertsCommand final : public Command {
     budget->add_option("--per-layer", per_layer_, "GPU experts per MoE layer: G = K x MoE layers")
         ->check(CLI::NonNegativeNumber);
     budget->add_option("--ratio", ratio_, "Share of all MoE experts: G = X x MoE layers x E")
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(kFraction);
     budget->require_option(1);
     sub->add_option("--seed", seed_, "Seed of the random strategy")->capture_default_str();
     sub->add_option("--out", out_,

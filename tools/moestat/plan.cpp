@@ -46,7 +46,7 @@ class PlanCommand final : public Command {
                     "The placement in force: reach --target with as few expert copies as "
                     "possible (moestat only)");
     sub->add_option("--target", target_, "With --previous: per-layer balancedness to reach")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(kFraction)
         ->capture_default_str();
     sub->add_option("--objective", objective_,
                     "moestat with several scenarios: minimise the expected or the worst-case "
