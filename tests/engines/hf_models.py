@@ -82,6 +82,23 @@ def latest_router_logits(model) -> dict:
     return logits
 
 
+def router_logits_of_each_forward(model) -> list:
+    """A list that gets the router logits of every forward of model's decoder stack (one entry
+    per pass of generate()). Asked of the decoder stack, not the ...ForCausalLM: asked for
+    router logits, that also computes its load-balancing loss, which fails on decode steps."""
+    steps = []
+    decoder = model.model
+    original_forward = decoder.forward
+
+    def forward_returning_router_logits(*args, **kwargs):
+        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
+        steps.append(output.router_logits)
+        return output
+
+    decoder.forward = forward_returning_router_logits
+    return steps
+
+
 def _keep_router_logits(logits, layer, router, args, output):
     logits[layer] = output[0]
 

@@ -80,19 +80,7 @@ def test_an_eager_forward_records_without_the_custom_op_dispatcher():
 def test_generate_records_the_prefill_and_every_decode_step_as_passes(model_type):
     model = hf_models.tiny_model(model_type, seed=1)
     input_ids, attention_mask = hf_models.padded_batch(seed=1)
-    steps = []  # the model's own router logits, per forward
-
-    # Asked of the decoder stack, not the ...ForCausalLM: asked for router logits, that also
-    # computes its load-balancing loss, which fails on decode steps.
-    decoder = model.model
-    original_forward = decoder.forward
-
-    def forward_returning_router_logits(*args, **kwargs):
-        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
-        steps.append(output.router_logits)
-        return output
-
-    decoder.forward = forward_returning_router_logits
+    steps = hf_models.router_logits_of_each_forward(model)  # the model's own, per forward
     recorder = recorder_for(model)
     new_tokens = 4
     with torch.no_grad(), moestat_hf.attach(model, recorder):

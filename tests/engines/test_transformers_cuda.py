@@ -56,16 +56,7 @@ def test_a_padded_bf16_batch_is_counted_as_the_routers_route_it(model_type):
 def test_generate_in_bf16_records_every_step(model_type):
     model = cuda_model(model_type, seed=1)
     input_ids, attention_mask = hf_models.padded_batch(seed=1, device="cuda")
-    steps = []
-    decoder = model.model  # see test_transformers.py: the router logits of each forward
-    original_forward = decoder.forward
-
-    def forward_returning_router_logits(*args, **kwargs):
-        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
-        steps.append(output.router_logits)
-        return output
-
-    decoder.forward = forward_returning_router_logits
+    steps = hf_models.router_logits_of_each_forward(model)  # the model's own, per forward
     recorder = cuda_recorder(model)
     new_tokens = 4
     with torch.no_grad(), moestat_hf.attach(model, recorder):

@@ -76,7 +76,7 @@ def detail_dump(snapshot, *, passes, rank, physical_to_logical_map):
 
 def _per_token_records(snapshot, passes, rank, columns=8):
     """``columns``: SGLang's per-token buffer width, whatever the model's top-k."""
-    token_pass_ids = snapshot.token_pass_ids
+    token_pass_ids = snapshot.token_pass_ids  # ascending: passes keep their tokens in order
     token_ids = snapshot.token_physical_ids  # [N, L, top_k], -1 where nothing counts
     num_physical = snapshot.num_physical_experts
     records = []
@@ -85,7 +85,8 @@ def _per_token_records(snapshot, passes, rank, columns=8):
         metadata = info["metadata"]
         num_tokens = len(metadata["input_ids"])
         ids = np.full((snapshot.num_layers, num_tokens, columns), -1, dtype=np.int32)
-        mine = token_ids[token_pass_ids == pass_id][:num_tokens]
+        first, end = np.searchsorted(token_pass_ids, [pass_id, pass_id + 1])
+        mine = token_ids[first:end][:num_tokens]
         ids[:, : mine.shape[0], : snapshot.top_k] = mine.transpose(1, 0, 2)
         counts = np.zeros((snapshot.num_layers, num_physical), dtype=np.int32)
         for layer in range(snapshot.num_layers):

@@ -129,7 +129,6 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
 
         self._recording = False
         self._layers = []  # with_current_layer stack
-        self._debug_names = []
         self._disabled = 0
         self._in_pass = False  # a moestat pass is open
         self._pass_recorded = False  # ... and recording was on when it began
@@ -179,13 +178,11 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             metadata.num_layers, metadata.num_logical_experts,
             min(PER_TOKEN_COLUMNS, metadata.num_logical_experts),
             num_physical_experts=metadata.num_physical_experts, ep_size=metadata.ep_size)
-        mode = {"stat": "stat", "stat_approx": "stat_approx", "per_pass": "per_pass",
-                "per_token": "per_token"}[self._config.mode]
         window = self._config.buffer_size
         if window > 0 and self._config.reports_balancedness:
             # SGLang's balancedness history reaches further back than a small buffer.
             window = max(window, 1000)
-        options = dict(mode=mode, window_size=window,
+        options = dict(mode=self._config.mode, window_size=window,
                        per_token_capacity=self._config.per_token_capacity)
         if not self._cuda:
             return _core.CpuRecorder(topology, **options)
@@ -209,12 +206,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
 
     @contextlib.contextmanager
     def with_debug_name(self, debug_name):
-        # SGLang keeps one gatherer whatever the name; so does this recorder.
-        self._debug_names.append(debug_name)
-        try:
-            yield
-        finally:
-            self._debug_names.pop()
+        yield  # SGLang keeps one gatherer whatever the name; so does this recorder.
 
     @contextlib.contextmanager
     def disable_this_region(self):
@@ -392,7 +384,8 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         for layer in sorted(self._staged_layers):
             row = self._staging[layer]
             for rank in range(self._metadata.ep_size):
-                self._recorder.record_local_counts(layer, row[rank * slots:(rank + 1) * slots], rank)
+                self._recorder.record_local_counts(
+                    layer, _capsule(row[rank * slots:(rank + 1) * slots]), rank)
             row.zero_()
         self._staged_layers.clear()
 
