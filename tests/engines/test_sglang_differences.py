@@ -247,3 +247,25 @@ def test_settings_without_sglang_come_from_keywords():
         moestat.sglang.MoestatExpertDistributionRecorder(
             moestat.sglang.ExpertLocation.trivial(2, 4), 0,
             moestat.sglang.RecorderConfig(mode="stat_approx"))
+
+
+def test_a_map_made_in_inference_mode_is_still_followed(sglang_recorder_module,
+                                                        single_process_group):
+    """An inference tensor has no version counter: the recorder compares its contents."""
+    module, config = sglang_recorder_module
+    setup = Setup("stat", buffer_size=2, num_layers=1, num_logical=4, num_physical=4)
+    with torch.inference_mode():
+        phy2log = torch.arange(4).reshape(1, 4)
+    _, _, ours = make_pair(module, config, setup, phy2log=phy2log)
+    metadata_map = ours._metadata.physical_to_logical_map
+    assert metadata_map.is_inference()
+    ours.start_record()
+    for step in range(2):
+        if step == 1:
+            with torch.inference_mode():
+                metadata_map[...] = torch.tensor([[3, 2, 1, 0]])
+        with ours.with_forward_pass(step, batch(1)), ours.with_current_layer(0):
+            ours.on_select_experts(torch.tensor([[0, 1]]))
+    counts = ours.dump_record("object")["logical_count"][:, 0]
+    assert counts[0].tolist() == [1, 1, 0, 0] and counts[1].tolist() == [0, 0, 1, 1]
+    assert ours.faults == {}
