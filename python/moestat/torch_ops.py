@@ -21,6 +21,16 @@ Python custom op (autograd, ADInplaceOrView and backend layers, each in Python) 
 eager forward several times the recorder's own host time per MoE layer
 (docs/transformers.md).
 
+A pass opened by a direct call while the current CUDA stream is being captured records on a
+side stream: each record forks from the capturing stream where the ids are ready, the pass's
+end joins the side stream back. In the captured graph the recorder's kernels then run beside
+the model's instead of between them, off the step's critical path (what they add to a decode
+step went from about 2.8 us per MoE layer to what docs/transformers.md measures). The ids are
+marked as used by the side stream (Tensor.record_stream), so the caching allocator gives their
+memory to nothing else before the side stream has read them. Passes run through the ops
+(torch.compile) stay on the capturing stream: the compiler reuses a buffer once the op that
+reads it returns, which a read still pending on another stream would race with.
+
     import moestat.torch_ops as ops
     recorder_id = ops.register(recorder)
     token = ops.ordering_token(device)
@@ -41,14 +51,23 @@ from ._core import Error, Recorder
 
 
 class _Registration:
-    """A recorder and the id of the next pass it opens (a counter of host calls: inside a
-    replayed CUDA graph the id captured with the graph is replayed)."""
+    """A recorder, the id of the next pass it opens (a counter of host calls: inside a
+    replayed CUDA graph the id captured with the graph is replayed), and the side stream the
+    open pass records on (None: the current stream)."""
 
-    __slots__ = ("recorder", "next_pass_id")
+    __slots__ = ("recorder", "next_pass_id", "side_stream", "_side_streams")
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
         self.next_pass_id = 0
+        self.side_stream = None
+        self._side_streams = {}  # one per device, made on first use
+
+    def side_stream_for(self, device: torch.device) -> "torch.cuda.Stream":
+        stream = self._side_streams.get(device.index)
+        if stream is None:
+            stream = self._side_streams[device.index] = torch.cuda.Stream(device)
+        return stream
 
 
 _registrations: dict[int, _Registration] = {}
@@ -83,11 +102,12 @@ def ordering_token(device: "torch.device | str") -> torch.Tensor:
 
 
 def begin_pass(token: torch.Tensor, recorder_id: int) -> None:
-    """Opens a pass of the recorder."""
+    """Opens a pass of the recorder (on a side stream while the current stream is captured,
+    see above)."""
     if torch.compiler.is_compiling():
         torch.ops.moestat.begin_pass(token, recorder_id)
     else:
-        _open_pass(token, recorder_id)
+        _open_pass(token, recorder_id, fork_when_capturing=True)
 
 
 def record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
@@ -108,33 +128,68 @@ def end_pass(token: torch.Tensor, recorder_id: int) -> None:
         _close_pass(token, recorder_id)
 
 
-def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
+def _registered(recorder_id: int) -> _Registration:
     registration = _registrations.get(recorder_id)
     if registration is None:
         raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
-    if token.is_cuda and hasattr(registration.recorder, "set_stream"):
-        # Whatever stream runs the op (graph capture runs on a side stream) is the one the
-        # recorder's kernels must go to.
-        registration.recorder.set_stream(torch.cuda.current_stream(token.device).cuda_stream)
     return registration
 
 
-def _open_pass(token: torch.Tensor, recorder_id: int) -> None:
-    registration = _registered(recorder_id, token)
+def _records_on_a_stream(registration: _Registration, token: torch.Tensor) -> bool:
+    return token.is_cuda and hasattr(registration.recorder, "set_stream")
+
+
+def _open_pass(token: torch.Tensor, recorder_id: int, fork_when_capturing: bool = False) -> None:
+    registration = _registered(recorder_id)
+    registration.side_stream = None
+    if _records_on_a_stream(registration, token):
+        current = torch.cuda.current_stream(token.device)
+        if fork_when_capturing and torch.cuda.is_current_stream_capturing():
+            registration.side_stream = registration.side_stream_for(token.device)
+            # Waiting on the captured stream also brings the side stream into the capture.
+            registration.side_stream.wait_stream(current)
+        _use_stream(registration, current)
     registration.recorder.begin_pass(registration.next_pass_id)
     registration.next_pass_id += 1
 
 
+def _use_stream(registration: _Registration, current: "torch.cuda.Stream") -> None:
+    # Whatever stream runs the op (graph capture runs on a side stream of torch's own) is the
+    # one the recorder's kernels must go to, unless the pass records on its side stream.
+    stream = registration.side_stream or current
+    registration.recorder.set_stream(stream.cuda_stream)
+
+
 def _record(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
+    registration = _registered(recorder_id)
+    if _records_on_a_stream(registration, token):
+        current = torch.cuda.current_stream(token.device)
+        side = registration.side_stream
+        if side is not None:
+            side.wait_stream(current)  # the ids are ready where the stream stands now
+            topk_ids.record_stream(side)
+            if num_valid_tokens is not None:
+                num_valid_tokens.record_stream(side)
+        _use_stream(registration, current)
     # The recorder gets DLPack capsules: handed a tensor, it would call Tensor.__dlpack__,
     # whose Python checks doubled the host time of this call in an eager forward (CPU).
-    _registered(recorder_id, token).recorder.record_topk(
+    registration.recorder.record_topk(
         layer, to_dlpack(topk_ids),
         num_valid_tokens=None if num_valid_tokens is None else to_dlpack(num_valid_tokens))
 
 
 def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
-    _registered(recorder_id, token).recorder.end_pass()
+    registration = _registered(recorder_id)
+    if not _records_on_a_stream(registration, token):
+        registration.recorder.end_pass()
+        return
+    current = torch.cuda.current_stream(token.device)
+    _use_stream(registration, current)
+    registration.recorder.end_pass()
+    if registration.side_stream is not None:
+        # The join: a capture must end with every stream it forked joined back.
+        current.wait_stream(registration.side_stream)
+        registration.side_stream = None
 
 
 @torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))

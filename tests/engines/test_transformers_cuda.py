@@ -7,6 +7,8 @@ CUDA build of moestat.
 
     PYTHONPATH=build/python python -m pytest -q tests/engines/test_transformers_cuda.py
 """
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -189,3 +191,50 @@ def test_a_model_compiled_with_reduce_overhead_records_from_its_cuda_graphs(mode
         np.testing.assert_array_equal(first.logical_counts[call_index], expected[call_index],
                                       err_msg=f"call {call_index}")
     np.testing.assert_array_equal(second.logical_counts[0], expected[5])
+
+
+def graph_nodes_and_edges(dot_text):
+    """({node: its attribute text}, [(from, to)]) of a graph dumped by
+    CUDAGraph.debug_dump (cudaGraphDebugDotPrint)."""
+    nodes = {match.group(1): match.group(2) for match in
+             re.finditer(r'"?(\w+_node_\d+)"?\s*\[(.*?)\]\s*;?\s*$', dot_text, re.S | re.M)}
+    edges = re.findall(r'"?(\w+_node_\d+)"?\s*->\s*"?(\w+_node_\d+)"?', dot_text)
+    return nodes, edges
+
+
+def test_a_captured_forward_records_beside_the_models_kernels_not_between_them(tmp_path):
+    # In the graph, the recorder's kernels hang off the routers on a side stream: no kernel of
+    # the model waits for one of them, except what follows the pass's end (the join).
+    model = cuda_model("qwen3_moe", seed=4, experts_implementation="batched_mm")
+    recorder = cuda_recorder(model)
+    input_ids = torch.randint(3, hf_models.VOCAB, (2, 5), device="cuda")
+    with torch.no_grad(), moestat_hf.attach(model, recorder):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            model(input_ids, use_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        graph.enable_debug_mode()
+        with torch.cuda.graph(graph):
+            output = model(input_ids, use_cache=False, output_router_logits=False)
+            logits = output.logits.float()  # model work after the pass ended: joins after
+        dot_file = tmp_path / "graph.dot"
+        graph.debug_dump(str(dot_file))
+        recorder.start()
+        graph.replay()
+        counts = snapshot_after_the_gpu(recorder).logical_counts
+    layers = len(moestat_hf.find_routers(model))
+    assert counts.shape[0] == 1
+    assert counts[0].sum() == input_ids.numel() * model.config.num_experts_per_tok * layers
+    assert torch.isfinite(logits).all()
+    dot_text = dot_file.read_text()
+    nodes, edges = graph_nodes_and_edges(dot_text)
+    recorder_nodes = {node for node, text in nodes.items() if "moestat" in text}
+    waiting_on_recorder = {node for node, successor in edges
+                           if node in recorder_nodes and successor not in recorder_nodes}
+    excerpt = dot_text[:3000]
+    assert len(recorder_nodes) >= layers, f"no recorder kernels found in the graph:\n{excerpt}"
+    assert len(nodes) > 2 * len(recorder_nodes), excerpt
+    assert len(waiting_on_recorder) <= 1, (
+        f"model kernels wait on {len(waiting_on_recorder)} recorder kernels")
