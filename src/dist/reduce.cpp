@@ -79,9 +79,27 @@ std::vector<std::int64_t> widened(const std::vector<T>& values) {
   return out;
 }
 
+/// now + timeout, or the end of time where that does not fit (a timeout of "forever").
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return timeout >= left ? Clock::time_point::max() : now + timeout;
+}
+
 }  // namespace
 
-Snapshot allreduce_snapshot(const Snapshot& local, Collective& group) {
+Snapshot allreduce_snapshot(const Snapshot& local, Collective& group,
+                            std::chrono::milliseconds timeout) {
+  MOESTAT_CHECK(timeout.count() > 0, "allreduce_snapshot: the timeout must be positive, not {} ms",
+                timeout.count());
+  group.start_reduction(deadline_after(timeout));
+  // Whatever happens, later calls on the group are not bound by this reduction's deadline.
+  struct EndReduction {
+    Collective& group;
+    ~EndReduction() { group.end_reduction(); }
+  } end{group};
   check_same_header(group.gather(header_of(local)), group.size());
   check_same_window(local, group);
 

@@ -2,6 +2,7 @@
 // written once and each transport (MPI today; see docs/distributed.md) implements only these.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -13,6 +14,18 @@ namespace moestat::dist {
 class Collective {
  public:
   virtual ~Collective() = default;
+
+  /// Starts one reduction that must end by `deadline`: waits until every rank of the group
+  /// has started it, and throws moestat::Error naming the ranks that did not by the deadline.
+  /// The calls after it, until the next start_reduction, throw moestat::Error if they cannot
+  /// complete by the deadline. After such an error the group cannot be used again (a
+  /// collective some rank left half done cannot be taken back). A transport that cannot time
+  /// out keeps this default, which does nothing: its calls wait as long as they need.
+  virtual void start_reduction(std::chrono::steady_clock::time_point deadline) {
+    static_cast<void>(deadline);
+  }
+  /// Ends the reduction start_reduction began: later calls have no deadline again.
+  virtual void end_reduction() {}
 
   /// This process's rank in [0, size()).
   virtual int rank() const = 0;
