@@ -23,6 +23,11 @@ inline const CLI::Validator kFraction(
     },
     "FRACTION in [0, 1]");
 
+/// Adds a range check to every integer option of `app` and its subcommands, so that a value
+/// beyond the 64-bit bounds is a usage error rather than silently clamped. Call once every
+/// subcommand has registered its options.
+void refuse_out_of_range_integers(CLI::App& app);
+
 class Command {
  public:
   virtual ~Command() = default;

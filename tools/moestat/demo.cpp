@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <moestat/error.hpp>
@@ -23,6 +24,7 @@
 #include "command.hpp"
 #include "demo_device.hpp"
 #include "demo_plan.hpp"
+#include "output_files.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -153,6 +155,12 @@ class ProgressBar {
   bool shown_;
 };
 
+/// Every file the demo writes into its directory.
+constexpr std::array<const char*, 9> kDemoFiles{
+    "snapshot.json",          "logical_count.pt",      "logical_count.json",
+    "placement.json",         "placement_deepseek.pt", "placement_moestat.pt",
+    "placement_moestat.json", "gpu_experts_masks.pt",  "report.html"};
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const workload::Preset& preset : workload::presets()) names.emplace_back(preset.name);
@@ -206,10 +214,13 @@ class DemoCommand final : public Command {
   }
 
   int run() override {
-    const std::filesystem::path dir(out_dir_);
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    MOESTAT_CHECK(!error, "cannot create directory {}: {}", dir.string(), error.message());
+    // A directory the demo made is removed again if the demo fails; every file it will
+    // write is checked before the first is written.
+    OutputDirectory out(out_dir_, {kDemoFiles.begin(), kDemoFiles.end()});
+    const std::filesystem::path& dir = out.path();
+    std::vector<std::filesystem::path> outputs;
+    for (const char* name : kDemoFiles) outputs.push_back(dir / name);
+    check_outputs(outputs);
 
     const workload::Preset& preset = workload::preset(preset_);
     // One drift period per run: its end differs from its start as two benchmark workloads of
@@ -328,6 +339,7 @@ class DemoCommand final : public Command {
                   "(--init-expert-location), gpu_experts_masks.pt (layer-balanced)"
                 : "",
         size_text(html.size()));
+    out.keep();
     return kExitOk;
   }
 

@@ -1,8 +1,10 @@
 // `moestat`: the command-line tool. Each subcommand lives in its own file.
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <moestat/error.hpp>
+#include <moestat/io/output_file.hpp>
 #include <new>
 #include <string_view>
 #include <utility>
@@ -10,8 +12,34 @@
 
 #include "command.hpp"
 
+namespace {
+
+/// Removes the temporary files of the writes in progress, then ends the process by the same
+/// signal, so the parent still sees what killed it.
+extern "C" void remove_temporaries_and_die(int signal) {
+  moestat::io::remove_temporary_files();
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+/// An interrupted command leaves no `.NAME.tmp-*` file behind (kill -9 cannot be caught: the
+/// next write of the same file sweeps those). A signal the parent ignores (nohup) stays so.
+void remove_temporaries_on_signals() {
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) != 0 || current.sa_handler == SIG_IGN) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_die;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(signal, &action, nullptr);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using moestat::cli::Command;
+  remove_temporaries_on_signals();
   CLI::App app{
       "moestat: record how Mixture-of-Experts models route tokens to experts, and "
       "inspect the recordings.",
@@ -30,9 +58,18 @@ int main(int argc, char** argv) {
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
   }
+  moestat::cli::refuse_out_of_range_integers(app);
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& version) {
+    // CLI11 answers --version as soon as it meets it, whatever follows; a word after it is
+    // a mistake the user should hear about, not a success.
+    if (argc != 2) {
+      fmt::print(stderr, "moestat: --version takes no other arguments\n");
+      return moestat::cli::kExitUsageError;
+    }
+    return app.exit(version);
   } catch (const CLI::ParseError& error) {
     // --help and --version arrive here too, with exit code 0; every real parse error is a
     // usage error (2), whatever CLI11's own code for it.

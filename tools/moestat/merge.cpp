@@ -4,11 +4,13 @@
 
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
+#include <moestat/io/output_file.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
+#include "output_files.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -25,12 +27,15 @@ class MergeCommand final : public Command {
     sub->add_flag("--totals", totals_,
                   "Write the sum over every pass, [layers, experts], so that recordings "
                   "with different numbers of passes can be merged");
+    sub->add_flag("--force", force_, "Replace OUT if it exists (never when it is also an IN)");
     sub->footer(
         "Every IN must describe the same model (layers x experts). Without --totals they must\n"
         "also hold the same passes (each rank's per-pass or stat dump of one run), and pass i\n"
         "of OUT is the sum of pass i of every IN. OUT is written atomically: .pt as an SGLang\n"
         "stat dump, .json {\"logical_count\"}, .safetensors. Under tensor parallelism sum one\n"
-        "rank per group of ranks that saw the same tokens (docs/distributed.md).\n"
+        "rank per group of ranks that saw the same tokens (docs/distributed.md). An OUT that\n"
+        "exists is refused without --force (a forgotten OUT would make the first IN the\n"
+        "output), and an OUT that is also an IN always.\n"
         "\n"
         "Example:\n"
         "  moestat merge cluster.pt expert_distribution_recorder_1730000000.0_*.pt\n"
@@ -40,6 +45,8 @@ class MergeCommand final : public Command {
 
   int run() override {
     io::format_of_extension(out_);  // a wrong OUT name fails before anything is read
+    refuse_overwriting(out_, ins_, force_);
+    io::check_output_path(out_);
     io::LogicalCounts merged;
     std::int64_t assignments = 0;
     for (std::size_t i = 0; i < ins_.size(); ++i) {
@@ -85,6 +92,7 @@ class MergeCommand final : public Command {
   std::string out_;
   std::vector<std::string> ins_;
   bool totals_ = false;
+  bool force_ = false;
 };
 
 }  // namespace

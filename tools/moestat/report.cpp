@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "command.hpp"
+#include "output_files.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -54,6 +55,10 @@ class ReportCommand final : public Command {
                  "--prometheus\nRun with --help for more information.\n");
       return kExitUsageError;
     }
+    // Every output is checked, and every rendering made, before the first file is written:
+    // an error writes nothing.
+    const std::vector<std::filesystem::path> outputs{html_path_, png_path_};
+    check_outputs(outputs);
     const report::Recording recording = report::load_recording(path_);
     if (!placement_path_.empty()) {
       try {
@@ -67,12 +72,14 @@ class ReportCommand final : public Command {
       }
     }
     options_.validate(recording);
+    const std::string html = html_path_.empty() ? "" : report::render_html(recording, options_);
+    const std::vector<std::uint8_t> png =
+        png_path_.empty() ? std::vector<std::uint8_t>{} : report::render_heatmap_png(recording);
     if (!html_path_.empty()) {
-      io::write_file_atomically(html_path_, report::render_html(recording, options_));
+      io::write_file_atomically(html_path_, html);
       fmt::print(stderr, "wrote {}\n", html_path_);
     }
     if (!png_path_.empty()) {
-      const std::vector<std::uint8_t> png = report::render_heatmap_png(recording);
       io::write_file_atomically(
           png_path_, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
       fmt::print(stderr, "wrote {}\n", png_path_);

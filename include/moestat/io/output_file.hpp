@@ -1,0 +1,35 @@
+// What io::write_file_atomically (io/json.hpp) does around the write itself: the checks a
+// command runs on every output before it writes any, and the temporary files it leaves
+// nowhere, even when the process is interrupted.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+
+namespace moestat::io {
+
+/// The file write_file_atomically(path, ...) replaces: `path` itself, or, when `path` is a
+/// symbolic link, the file its chain of links ends at (which need not exist yet). Writing
+/// through the link keeps the link a link.
+std::filesystem::path resolve_output_path(const std::filesystem::path& path);
+
+/// Throws moestat::Error naming `path` unless write_file_atomically(path) can succeed as far
+/// as can be known before writing: the path names a file (not a directory, a FIFO or a
+/// device, after following symbolic links) whose directory exists and is writable. Commands
+/// with several outputs check them all first, so that an error writes none of them.
+void check_output_path(const std::filesystem::path& path);
+
+/// How old a temporary file of an interrupted write must be before the next write of the same
+/// target removes it. A file whose writer (the process id in its name) is no longer alive on
+/// this machine waits kStaleTemporaryAgeOfDeadWriter, so that a writer on another machine
+/// sharing the file system is not robbed of its file while it writes; any other waits
+/// kStaleTemporaryAge (a live process id may be a reused one).
+inline constexpr std::chrono::seconds kStaleTemporaryAgeOfDeadWriter{60};
+inline constexpr std::chrono::hours kStaleTemporaryAge{24};
+
+/// Removes the temporary files this process is writing (a write interrupted by a signal
+/// leaves nothing behind when the handler calls this before the process ends).
+/// Async-signal-safe: it only reads a fixed table and calls unlink.
+void remove_temporary_files() noexcept;
+
+}  // namespace moestat::io
