@@ -8,6 +8,7 @@
 #include <moestat/snapshot.hpp>
 #include <moestat/tensor_view.hpp>
 #include <moestat/topology.hpp>
+#include <span>
 
 namespace moestat {
 
@@ -72,6 +73,21 @@ class Recorder {
   /// As above, for the layer of the innermost LayerScope; an error outside any LayerScope.
   void record_topk(const TensorView& topk_ids, std::int64_t num_valid_tokens = kAllTokens);
 
+  /// One MoE layer's router choices, for record_topk_layers.
+  struct LayerTopk {
+    std::int64_t layer;
+    TensorView topk_ids;
+  };
+  /// record_topk for several layers of the open pass at once, every layer with the same
+  /// valid-token count (kAllTokens: all rows of each). Counts exactly what the calls one by one
+  /// would; if any layer or matrix is invalid, nothing is counted. For engines that can keep
+  /// each layer's ids until the pass ends: CudaRecorder counts up to 64 layers in one kernel,
+  /// one node of a captured graph instead of one per layer, off the path between the layers.
+  void record_topk_layers(std::span<const LayerTopk> layers,
+                          std::int64_t num_valid_tokens = kAllTokens);
+  /// As above, with the count read from a one-element int32/int64 tensor (see record_topk).
+  void record_topk_layers(std::span<const LayerTopk> layers, const TensorView& num_valid_tokens);
+
   /// Adds per-local-expert token counts of one rank: DeepEP low-latency `masked_m` (exact)
   /// or DeepEP normal-dispatch host counts (stat_approx).
   /// `counts`: [num_local_experts + num_shared_expert_slots] int32 or int64; the trailing
@@ -116,6 +132,13 @@ class Recorder {
   /// read by Recorder and arrive through the other overload).
   virtual void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                               const TensorView& num_valid_tokens) = 0;
+  /// Validated layers; `num_valid_tokens` is kAllTokens or a count no layer's rows exceed.
+  /// By default: do_record_topk layer by layer.
+  virtual void do_record_topk_layers(std::span<const LayerTopk> layers,
+                                     std::int64_t num_valid_tokens);
+  /// `num_valid_tokens` in device memory, as for do_record_topk. By default: layer by layer.
+  virtual void do_record_topk_layers(std::span<const LayerTopk> layers,
+                                     const TensorView& num_valid_tokens);
   virtual void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                                       std::int64_t first_physical_expert) = 0;
   virtual void do_end_pass() = 0;
@@ -138,6 +161,10 @@ class Recorder {
 
   void check_hook_layer(std::int64_t layer, const char* hook) const;
   void check_topk_ids(const TensorView& topk_ids) const;
+  void check_topk_layers(std::span<const LayerTopk> layers) const;
+  /// A one-element num_valid_tokens held in host memory, read and checked against `rows`.
+  static std::int64_t host_valid_count(const TensorView& num_valid_tokens, std::int64_t rows,
+                                       const char* hook);
 
   ModelTopology topology_;
   RecorderOptions options_;

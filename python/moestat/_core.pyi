@@ -200,6 +200,11 @@ class Recorder:
         Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 physical expert ids (numpy or torch; any strides); -1 is padding; other ids outside [0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a one-element int32/int64 array (on the device for CudaRecorder).
         """
 
+    def record_topk_layers(self, layers: Sequence[int], topk_ids: Sequence[Annotated[NDArray, dict(writable=False)]], num_valid_tokens: int | Annotated[NDArray, dict(writable=False)] | None = None) -> None:
+        """
+        record_topk for several layers of the open pass at once: layers[i]'s ids are topk_ids[i]; num_valid_tokens as for record_topk, applied to every layer. Counts what the calls one by one would (nothing if any is invalid); CudaRecorder counts up to 64 layers in one kernel, so an engine that keeps each layer's ids until the pass ends adds one node per pass to a captured graph instead of one per layer.
+        """
+
     def record_local_counts(self, layer: int, counts: Annotated[NDArray, dict(writable=False)], rank: int) -> None:
         """
         Adds one rank's per-local-expert token counts (DeepEP low-latency masked_m, or normal-dispatch host counts in stat_approx mode); trailing shared-expert slots are dropped.

@@ -4,7 +4,9 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
 
+#include <moestat/error.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <moestat/recorder.hpp>
 #ifdef MOESTAT_HAS_CUDA
@@ -12,6 +14,7 @@
 #endif
 
 #include <variant>
+#include <vector>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
@@ -36,6 +39,32 @@ void record_topk(Recorder& recorder, std::int64_t layer, const AnyArray& topk_id
         view_of(std::get<AnyArray>(*num_valid_tokens), "num_valid_tokens");
     nb::gil_scoped_release unlocked;
     recorder.record_topk(layer, ids, device_rows);
+  }
+}
+
+void record_topk_layers(
+    Recorder& recorder, const std::vector<std::int64_t>& layers,
+    const std::vector<AnyArray>& topk_ids,
+    const std::optional<std::variant<std::int64_t, AnyArray>>& num_valid_tokens) {
+  MOESTAT_CHECK(layers.size() == topk_ids.size(),
+                "record_topk_layers: {} layers but {} topk_ids arrays", layers.size(),
+                topk_ids.size());
+  std::vector<Recorder::LayerTopk> entries;
+  entries.reserve(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    entries.push_back({layers[i], view_of(topk_ids[i], "topk_ids")});
+  }
+  if (!num_valid_tokens) {
+    nb::gil_scoped_release unlocked;
+    recorder.record_topk_layers(entries);
+  } else if (const auto* rows = std::get_if<std::int64_t>(&*num_valid_tokens)) {
+    nb::gil_scoped_release unlocked;
+    recorder.record_topk_layers(entries, *rows);
+  } else {
+    const TensorView device_rows =
+        view_of(std::get<AnyArray>(*num_valid_tokens), "num_valid_tokens");
+    nb::gil_scoped_release unlocked;
+    recorder.record_topk_layers(entries, device_rows);
   }
 }
 
@@ -77,6 +106,13 @@ void bind_recorders(nb::module_& module) {
            "expert ids (numpy or torch; any strides); -1 is padding; other ids outside "
            "[0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a "
            "one-element int32/int64 array (on the device for CudaRecorder).")
+      .def("record_topk_layers", &record_topk_layers, "layers"_a, "topk_ids"_a,
+           "num_valid_tokens"_a = nb::none(),
+           "record_topk for several layers of the open pass at once: layers[i]'s ids are "
+           "topk_ids[i]; num_valid_tokens as for record_topk, applied to every layer. Counts "
+           "what the calls one by one would (nothing if any is invalid); CudaRecorder counts up "
+           "to 64 layers in one kernel, so an engine that keeps each layer's ids until the pass "
+           "ends adds one node per pass to a captured graph instead of one per layer.")
       .def(
           "record_local_counts",
           [](Recorder& recorder, std::int64_t layer, const AnyArray& counts, std::int64_t rank) {

@@ -1,7 +1,19 @@
+#include <algorithm>
+#include <limits>
 #include <moestat/error.hpp>
 #include <moestat/recorder.hpp>
 
 namespace moestat {
+namespace {
+
+/// The fewest rows of any layer's ids: a valid-token count may not exceed it.
+std::int64_t fewest_rows(std::span<const Recorder::LayerTopk> layers) {
+  std::int64_t rows = std::numeric_limits<std::int64_t>::max();
+  for (const Recorder::LayerTopk& entry : layers) rows = std::min(rows, entry.topk_ids.size(0));
+  return rows;
+}
+
+}  // namespace
 
 std::string_view record_mode_name(RecordMode mode) noexcept {
   switch (mode) {
@@ -104,18 +116,72 @@ void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
   MOESTAT_CHECK(num_valid_tokens.numel() == 1, "num_valid_tokens must hold one element, got {}",
                 num_valid_tokens.numel());
   if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
-    // A host count is read now, the same way for every backend. The one element sits at
-    // offset 0 whatever the shape ([], [1], [1, 1], ...); a 0-d view of it reads it with the
-    // usual null and dtype checks.
-    const TensorView element(num_valid_tokens.data(), num_valid_tokens.dtype(), {}, {});
-    const std::int64_t count = element.int_at({});
-    MOESTAT_CHECK(count >= 0 && count <= topk_ids.size(0),
-                  "record_topk: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", count,
-                  topk_ids.size(0));
-    do_record_topk(layer, topk_ids, count);
+    do_record_topk(layer, topk_ids,
+                   host_valid_count(num_valid_tokens, topk_ids.size(0), "record_topk"));
     return;
   }
   do_record_topk(layer, topk_ids, num_valid_tokens);
+}
+
+std::int64_t Recorder::host_valid_count(const TensorView& num_valid_tokens, std::int64_t rows,
+                                        const char* hook) {
+  // A host count is read now, the same way for every backend. The one element sits at
+  // offset 0 whatever the shape ([], [1], [1, 1], ...); a 0-d view of it reads it with the
+  // usual null and dtype checks.
+  const TensorView element(num_valid_tokens.data(), num_valid_tokens.dtype(), {}, {});
+  const std::int64_t count = element.int_at({});
+  MOESTAT_CHECK(count >= 0 && count <= rows,
+                "{}: num_valid_tokens {} outside [0, {}] (the rows of topk_ids)", hook, count,
+                rows);
+  return count;
+}
+
+void Recorder::check_topk_layers(std::span<const LayerTopk> layers) const {
+  for (const LayerTopk& entry : layers) {
+    check_hook_layer(entry.layer, "record_topk_layers");
+    check_topk_ids(entry.topk_ids);
+  }
+}
+
+void Recorder::record_topk_layers(std::span<const LayerTopk> layers,
+                                  std::int64_t num_valid_tokens) {
+  if (disabled_depth_ > 0 || layers.empty()) return;
+  check_topk_layers(layers);
+  const std::int64_t rows = fewest_rows(layers);
+  MOESTAT_CHECK(num_valid_tokens >= kAllTokens && num_valid_tokens <= rows,
+                "record_topk_layers: num_valid_tokens {} outside [0, {}] (the fewest rows of the "
+                "layers' topk_ids; -1 = all)",
+                num_valid_tokens, rows);
+  do_record_topk_layers(layers, num_valid_tokens);
+}
+
+void Recorder::record_topk_layers(std::span<const LayerTopk> layers,
+                                  const TensorView& num_valid_tokens) {
+  if (disabled_depth_ > 0 || layers.empty()) return;
+  check_topk_layers(layers);
+  num_valid_tokens.require_integer("num_valid_tokens");
+  MOESTAT_CHECK(num_valid_tokens.numel() == 1, "num_valid_tokens must hold one element, got {}",
+                num_valid_tokens.numel());
+  if (num_valid_tokens.device().kind == DeviceKind::kCpu) {
+    do_record_topk_layers(
+        layers, host_valid_count(num_valid_tokens, fewest_rows(layers), "record_topk_layers"));
+    return;
+  }
+  do_record_topk_layers(layers, num_valid_tokens);
+}
+
+void Recorder::do_record_topk_layers(std::span<const LayerTopk> layers,
+                                     std::int64_t num_valid_tokens) {
+  for (const LayerTopk& entry : layers) {
+    do_record_topk(entry.layer, entry.topk_ids,
+                   num_valid_tokens == kAllTokens ? entry.topk_ids.size(0) : num_valid_tokens);
+  }
+}
+
+void Recorder::do_record_topk_layers(std::span<const LayerTopk> layers,
+                                     const TensorView& num_valid_tokens) {
+  for (const LayerTopk& entry : layers)
+    do_record_topk(entry.layer, entry.topk_ids, num_valid_tokens);
 }
 
 void Recorder::record_topk(const TensorView& topk_ids, std::int64_t num_valid_tokens) {

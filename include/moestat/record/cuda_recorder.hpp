@@ -137,6 +137,11 @@ class CudaRecorder final : public Recorder {
                       std::int64_t num_valid_tokens) override;
   void do_record_topk(std::int64_t layer, const TensorView& topk_ids,
                       const TensorView& num_valid_tokens) override;
+  /// One kernel for up to 64 layers (per_token mode: one per layer, as record_topk).
+  void do_record_topk_layers(std::span<const LayerTopk> layers,
+                             std::int64_t num_valid_tokens) override;
+  void do_record_topk_layers(std::span<const LayerTopk> layers,
+                             const TensorView& num_valid_tokens) override;
   void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                               std::int64_t first_physical_expert) override;
   void do_end_pass() override;
@@ -153,6 +158,8 @@ class CudaRecorder final : public Recorder {
   void check_engine_layer(std::int64_t layer, const char* caller) const;
   void launch_topk(std::int64_t layer, const TensorView& topk_ids, const void* device_count,
                    bool count_int64, std::int64_t host_count);
+  void launch_topk_layers(std::span<const LayerTopk> layers, const void* device_count,
+                          bool count_int64, std::int64_t host_count);
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -205,13 +205,21 @@ void CudaRecorder::do_begin_pass(std::int64_t pass_id) {
   cuda::launch_begin_pass(resources_->buffers, pass_id, stream_);
 }
 
+namespace {
+
+cuda::IdMatrix id_matrix(const TensorView& topk_ids) {
+  return cuda::IdMatrix{topk_ids.data(),    topk_ids.dtype() == DType::kInt64,
+                        topk_ids.size(0),   topk_ids.size(1),
+                        topk_ids.stride(0), topk_ids.stride(1)};
+}
+
+}  // namespace
+
 void CudaRecorder::launch_topk(std::int64_t layer, const TensorView& topk_ids,
                                const void* device_count, bool count_int64,
                                std::int64_t host_count) {
   require_on_device(topk_ids, "topk_ids");
-  const cuda::IdMatrix ids{topk_ids.data(),    topk_ids.dtype() == DType::kInt64,
-                           topk_ids.size(0),   topk_ids.size(1),
-                           topk_ids.stride(0), topk_ids.stride(1)};
+  const cuda::IdMatrix ids = id_matrix(topk_ids);
   const cuda::ValidCount valid{device_count, count_int64, host_count};
   if (options().mode == RecordMode::kPerToken) {
     MOESTAT_CHECK(!layer_traced_[std::size_t(layer)],
@@ -236,6 +244,40 @@ void CudaRecorder::do_record_topk(std::int64_t layer, const TensorView& topk_ids
   require_on_device(num_valid_tokens, "num_valid_tokens");
   launch_topk(layer, topk_ids, num_valid_tokens.data(), num_valid_tokens.dtype() == DType::kInt64,
               topk_ids.size(0));
+}
+
+void CudaRecorder::launch_topk_layers(std::span<const LayerTopk> layers, const void* device_count,
+                                      bool count_int64, std::int64_t host_count) {
+  for (const LayerTopk& entry : layers) require_on_device(entry.topk_ids, "topk_ids");
+  if (options().mode == RecordMode::kPerToken) {
+    // Traces stage each layer's tokens in order: one launch per layer, as record_topk.
+    for (const LayerTopk& entry : layers) {
+      launch_topk(entry.layer, entry.topk_ids, device_count, count_int64,
+                  host_count == kAllTokens ? entry.topk_ids.size(0) : host_count);
+    }
+    return;
+  }
+  std::vector<cuda::LayerIds> batch;
+  batch.reserve(layers.size());
+  for (const LayerTopk& entry : layers) batch.push_back({entry.layer, id_matrix(entry.topk_ids)});
+  // NOTE: every row of every layer is valid when no count is given; the kernels clamp the
+  // count to each layer's rows.
+  const cuda::ValidCount valid{
+      device_count, count_int64,
+      host_count == kAllTokens ? std::numeric_limits<std::int64_t>::max() : host_count};
+  cuda::launch_record_topk_layers(resources_->buffers, batch, valid, stream_);
+}
+
+void CudaRecorder::do_record_topk_layers(std::span<const LayerTopk> layers,
+                                         std::int64_t num_valid_tokens) {
+  launch_topk_layers(layers, nullptr, false, num_valid_tokens);
+}
+
+void CudaRecorder::do_record_topk_layers(std::span<const LayerTopk> layers,
+                                         const TensorView& num_valid_tokens) {
+  require_on_device(num_valid_tokens, "num_valid_tokens");
+  launch_topk_layers(layers, num_valid_tokens.data(), num_valid_tokens.dtype() == DType::kInt64,
+                     kAllTokens);
 }
 
 void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& counts,

@@ -31,11 +31,10 @@ __device__ __forceinline__ void overlap_launch_with_predecessor() {
 /// Launches `kernel`, as a programmatic dependent launch when `launch` is kOverlapped
 /// (captured into a graph as a programmatic edge).
 template <typename... Params, typename... Args>
-void launch_kernel(KernelLaunch launch, void (*kernel)(Params...), unsigned blocks,
-                   unsigned threads, std::size_t shared_bytes, cudaStream_t stream,
-                   Args&&... args) {
+void launch_kernel(KernelLaunch launch, void (*kernel)(Params...), dim3 blocks, unsigned threads,
+                   std::size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
+  config.gridDim = blocks;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;

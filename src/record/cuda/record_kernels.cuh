@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <moestat/record/fused_target.hpp>
+#include <span>
 
 #include "device_state.cuh"
 
@@ -57,6 +58,18 @@ void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const 
                         const ValidCount& valid, cudaStream_t stream,
                         TopkAlgorithm algorithm = TopkAlgorithm::kAuto,
                         KernelLaunch launch = KernelLaunch::kOverlapped);
+
+/// One layer of a launch_record_topk_layers batch.
+struct LayerIds {
+  std::int64_t layer;
+  IdMatrix ids;
+};
+
+/// Adds the valid rows of each layer's ids to its layer of the open pass, as
+/// launch_record_topk would layer by layer, in one launch per 64 layers of one id type.
+/// `valid` applies to every layer (clamped to each layer's rows).
+void launch_record_topk_layers(const DeviceBuffers& buffers, std::span<const LayerIds> layers,
+                               const ValidCount& valid, cudaStream_t stream);
 
 /// Adds counts[0, num_local_experts) (int32 or int64; DeepEP low-latency masked_m) to
 /// slots [first_physical_expert, first_physical_expert + num_local_experts) of the layer.

@@ -57,8 +57,9 @@ __device__ __forceinline__ int* block_counts(const FusedRecordTarget& target) {
 }
 
 template <typename Id, bool kContiguous>
-__global__ void __launch_bounds__(kDirectThreads)
-    direct_atomics_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
+__device__ __forceinline__ void count_with_direct_atomics(const FusedRecordTarget& target,
+                                                          const IdMatrix& ids,
+                                                          const ValidCount& valid) {
   detail::overlap_launch_with_predecessor();
   const long long index = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   // NOTE: the id is loaded before the flag is checked: it lies inside the captured batch
@@ -97,8 +98,9 @@ __device__ __forceinline__ void prefetch_l2(const void* address) {
 }
 
 template <typename Id, bool kVectorLoads, bool kEveryRowValid>
-__global__ void __launch_bounds__(kBlockThreads<Id>)
-    block_histogram_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
+__device__ __forceinline__ void count_with_block_histogram(const FusedRecordTarget& target,
+                                                           const IdMatrix& ids,
+                                                           const ValidCount& valid) {
   constexpr int kThreads = kBlockThreads<Id>;
   constexpr int kThreadsPerCopy = kThreads / kSharedCopies;
   extern __shared__ int histograms[];  // [kSharedCopies, P]
@@ -180,51 +182,171 @@ __global__ void __launch_bounds__(kBlockThreads<Id>)
   }
 }
 
-/// The block-histogram kernel for one id type and id layout.
-template <typename Id, bool kVectorLoads>
-auto block_histogram_for(bool every_row_valid) {
-  return every_row_valid ? block_histogram_kernel<Id, kVectorLoads, true>
-                         : block_histogram_kernel<Id, kVectorLoads, false>;
+// The kernels: one layer (record_topk), or one layer per blockIdx.y (record_topk_layers).
+
+template <typename Id, bool kContiguous>
+__global__ void __launch_bounds__(kDirectThreads)
+    direct_atomics_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
+  count_with_direct_atomics<Id, kContiguous>(target, ids, valid);
 }
+
+template <typename Id, bool kVectorLoads, bool kEveryRowValid>
+__global__ void __launch_bounds__(kBlockThreads<Id>)
+    block_histogram_kernel(FusedRecordTarget target, IdMatrix ids, ValidCount valid) {
+  count_with_block_histogram<Id, kVectorLoads, kEveryRowValid>(target, ids, valid);
+}
+
+/// Up to this many layers go in one launch: the batch is a kernel parameter (2.6 KB).
+constexpr int kMaxBatchLayers = 64;
+
+/// The layers of one launch of a layers kernel, all of one id type.
+struct LayerBatch {
+  struct Entry {
+    const void* data;
+    long long num_rows;
+    long long row_stride;
+    long long column_stride;
+    int num_columns;
+    int layer;
+  };
+  FusedRecordTarget layer_zero;  // layer_counts of layer 0; the layers are P ints apart
+  Entry entries[kMaxBatchLayers];
+
+  __device__ __forceinline__ FusedRecordTarget target(int index) const {
+    FusedRecordTarget target = layer_zero;
+    target.layer_counts +=
+        static_cast<long long>(entries[index].layer) * target.num_physical_experts;
+    return target;
+  }
+  __device__ __forceinline__ IdMatrix ids(int index, bool is_int64) const {
+    const Entry& entry = entries[index];
+    return IdMatrix{entry.data,        is_int64,         entry.num_rows,
+                    entry.num_columns, entry.row_stride, entry.column_stride};
+  }
+};
+
+template <typename Id, bool kContiguous>
+__global__ void __launch_bounds__(kDirectThreads)
+    direct_atomics_layers_kernel(LayerBatch batch, ValidCount valid) {
+  count_with_direct_atomics<Id, kContiguous>(batch.target(blockIdx.y),
+                                             batch.ids(blockIdx.y, sizeof(Id) == 8), valid);
+}
+
+template <typename Id, bool kVectorLoads, bool kEveryRowValid>
+__global__ void __launch_bounds__(kBlockThreads<Id>)
+    block_histogram_layers_kernel(LayerBatch batch, ValidCount valid) {
+  count_with_block_histogram<Id, kVectorLoads, kEveryRowValid>(
+      batch.target(blockIdx.y), batch.ids(blockIdx.y, sizeof(Id) == 8), valid);
+}
+
+/// The kernels of record_topk, by id type: one layer per launch.
+template <typename Id>
+struct OneLayerKernels {
+  static auto direct(bool contiguous) {
+    return contiguous ? direct_atomics_kernel<Id, true> : direct_atomics_kernel<Id, false>;
+  }
+  static auto block_histogram(bool vector_loads, bool every_row_valid) {
+    if (vector_loads) {
+      return every_row_valid ? block_histogram_kernel<Id, true, true>
+                             : block_histogram_kernel<Id, true, false>;
+    }
+    return every_row_valid ? block_histogram_kernel<Id, false, true>
+                           : block_histogram_kernel<Id, false, false>;
+  }
+};
+
+/// The kernels of record_topk_layers, by id type: one layer per blockIdx.y.
+template <typename Id>
+struct LayerBatchKernels {
+  static auto direct(bool contiguous) {
+    return contiguous ? direct_atomics_layers_kernel<Id, true>
+                      : direct_atomics_layers_kernel<Id, false>;
+  }
+  static auto block_histogram(bool vector_loads, bool every_row_valid) {
+    if (vector_loads) {
+      return every_row_valid ? block_histogram_layers_kernel<Id, true, true>
+                             : block_histogram_layers_kernel<Id, true, false>;
+    }
+    return every_row_valid ? block_histogram_layers_kernel<Id, false, true>
+                           : block_histogram_layers_kernel<Id, false, false>;
+  }
+};
 
 bool is_aligned(const void* pointer, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0;
 }
 
-template <typename Id>
-void launch_typed(const FusedRecordTarget& target, const IdMatrix& ids, const ValidCount& valid,
-                  TopkAlgorithm algorithm, KernelLaunch launch, cudaStream_t stream) {
-  const std::int64_t batch_ids = ids.num_rows * ids.num_columns;
+/// What a launch is shaped by, over every layer it counts.
+struct IdsShape {
+  std::int64_t max_ids = 0;   // ids of the largest layer
+  std::int64_t max_rows = 0;  // rows of the largest layer
+  bool contiguous = true;     // every layer row-major without gaps
+  bool aligned = true;        // every layer's data on a 16-byte boundary
+
+  void add(const IdMatrix& ids) {
+    max_ids = std::max(max_ids, ids.num_rows * ids.num_columns);
+    max_rows = std::max(max_rows, ids.num_rows);
+    contiguous = contiguous && ids.column_stride == 1 && ids.row_stride == ids.num_columns;
+    aligned = aligned && is_aligned(ids.data, 16);
+  }
+};
+
+/// Launches the kernel of `Kernels` that suits `shape`, with gridDim.y = `num_layers`;
+/// `args` are the kernel's parameters.
+template <typename Id, template <typename> class Kernels, typename... Args>
+void launch_typed(const IdsShape& shape, unsigned num_layers, std::int64_t num_physical_experts,
+                  const ValidCount& valid, TopkAlgorithm algorithm, KernelLaunch launch,
+                  cudaStream_t stream, const Args&... args) {
   if (algorithm == TopkAlgorithm::kAuto) {
-    algorithm =
-        batch_ids <= kDirectMaxIds ? TopkAlgorithm::kDirectAtomics : TopkAlgorithm::kBlockHistogram;
+    algorithm = shape.max_ids <= kDirectMaxIds ? TopkAlgorithm::kDirectAtomics
+                                               : TopkAlgorithm::kBlockHistogram;
   }
   if (algorithm == TopkAlgorithm::kDirectAtomics) {
     // Whole warps only, and no more of them than the batch needs.
     const auto threads =
-        unsigned(std::clamp<std::int64_t>((batch_ids + 31) / 32 * 32, 32, kDirectThreads));
-    const auto blocks = unsigned(std::max<std::int64_t>(1, (batch_ids + threads - 1) / threads));
-    const bool contiguous = ids.column_stride == 1 && ids.row_stride == ids.num_columns;
-    detail::launch_kernel(
-        launch, contiguous ? direct_atomics_kernel<Id, true> : direct_atomics_kernel<Id, false>,
-        blocks, threads, 0, stream, target, ids, valid);
+        unsigned(std::clamp<std::int64_t>((shape.max_ids + 31) / 32 * 32, 32, kDirectThreads));
+    const auto blocks =
+        unsigned(std::max<std::int64_t>(1, (shape.max_ids + threads - 1) / threads));
+    detail::launch_kernel(launch, Kernels<Id>::direct(shape.contiguous), dim3(blocks, num_layers),
+                          threads, 0, stream, args...);
     return;
   }
-  const bool vector_loads =
-      ids.column_stride == 1 && ids.row_stride == ids.num_columns && is_aligned(ids.data, 16);
+  const bool vector_loads = shape.contiguous && shape.aligned;
   // Every row counts when no device count can cut the batch: the kernel then skips the bound
   // checks, which cost up to 0.4 us at 32768 tokens even when they cut nothing.
-  const bool every_row_valid = valid.device_count == nullptr && valid.host_count >= ids.num_rows;
+  const bool every_row_valid = valid.device_count == nullptr && valid.host_count >= shape.max_rows;
   constexpr std::int64_t kIdsPerBlock =
       std::int64_t(kBlockThreads<Id>) * std::int64_t(16 / sizeof(Id));
   const auto blocks = unsigned(
-      std::clamp<std::int64_t>((batch_ids + kIdsPerBlock - 1) / kIdsPerBlock, 1, kMaxBlocks));
+      std::clamp<std::int64_t>((shape.max_ids + kIdsPerBlock - 1) / kIdsPerBlock, 1, kMaxBlocks));
   const std::size_t shared_bytes =
-      std::size_t(kSharedCopies) * std::size_t(target.num_physical_experts) * sizeof(int);
-  detail::launch_kernel(launch,
-                        vector_loads ? block_histogram_for<Id, true>(every_row_valid)
-                                     : block_histogram_for<Id, false>(every_row_valid),
-                        blocks, kBlockThreads<Id>, shared_bytes, stream, target, ids, valid);
+      std::size_t(kSharedCopies) * std::size_t(num_physical_experts) * sizeof(int);
+  detail::launch_kernel(launch, Kernels<Id>::block_histogram(vector_loads, every_row_valid),
+                        dim3(blocks, num_layers), kBlockThreads<Id>, shared_bytes, stream, args...);
+}
+
+/// One launch for `layers` (at most kMaxBatchLayers, all of one id type).
+void launch_layer_batch(const DeviceBuffers& buffers, std::span<const LayerIds> layers,
+                        const ValidCount& valid, cudaStream_t stream) {
+  LayerBatch batch{};
+  batch.layer_zero = layer_target(buffers, 0);
+  IdsShape shape;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const IdMatrix& ids = layers[i].ids;
+    batch.entries[i] = {ids.data,          ids.num_rows,         ids.row_stride,
+                        ids.column_stride, int(ids.num_columns), int(layers[i].layer)};
+    shape.add(ids);
+  }
+  const auto num_layers = unsigned(layers.size());
+  if (layers.front().ids.is_int64) {
+    launch_typed<long long, LayerBatchKernels>(shape, num_layers, buffers.num_physical_experts,
+                                               valid, TopkAlgorithm::kAuto,
+                                               KernelLaunch::kOverlapped, stream, batch, valid);
+  } else {
+    launch_typed<int, LayerBatchKernels>(shape, num_layers, buffers.num_physical_experts, valid,
+                                         TopkAlgorithm::kAuto, KernelLaunch::kOverlapped, stream,
+                                         batch, valid);
+  }
 }
 
 }  // namespace
@@ -245,10 +367,29 @@ void launch_record_topk(const DeviceBuffers& buffers, std::int64_t layer, const 
                         const ValidCount& valid, cudaStream_t stream, TopkAlgorithm algorithm,
                         KernelLaunch launch) {
   const FusedRecordTarget target = layer_target(buffers, layer);
+  IdsShape shape;
+  shape.add(ids);
   if (ids.is_int64) {
-    launch_typed<long long>(target, ids, valid, algorithm, launch, stream);
+    launch_typed<long long, OneLayerKernels>(shape, 1, target.num_physical_experts, valid,
+                                             algorithm, launch, stream, target, ids, valid);
   } else {
-    launch_typed<int>(target, ids, valid, algorithm, launch, stream);
+    launch_typed<int, OneLayerKernels>(shape, 1, target.num_physical_experts, valid, algorithm,
+                                       launch, stream, target, ids, valid);
+  }
+}
+
+void launch_record_topk_layers(const DeviceBuffers& buffers, std::span<const LayerIds> layers,
+                               const ValidCount& valid, cudaStream_t stream) {
+  // Runs of one id type, at most kMaxBatchLayers to a launch.
+  std::size_t first = 0;
+  while (first < layers.size()) {
+    std::size_t end = first + 1;
+    while (end < layers.size() && end - first < std::size_t(kMaxBatchLayers) &&
+           layers[end].ids.is_int64 == layers[first].ids.is_int64) {
+      ++end;
+    }
+    launch_layer_batch(buffers, layers.subspan(first, end - first), valid, stream);
+    first = end;
   }
 }
 
