@@ -15,21 +15,21 @@ Two things about ops shape this module:
   ops in the graph and in order (begin_pass, every record_topk, end_pass).
 
 Call the ops through :func:`begin_pass`, :func:`record_topk` and :func:`end_pass`: while
-torch.compile traces they emit the op; otherwise they run its implementation at once (which
+torch.compile traces they emit the op; otherwise they run its implementation directly (which
 also serves a forward captured with torch.cuda.graph), because the dispatcher's path to a
 Python custom op (autograd, ADInplaceOrView and backend layers, each in Python) costs an
 eager forward several times the recorder's own host time per MoE layer
 (docs/transformers.md).
 
-A pass opened by a direct call while the current CUDA stream is being captured records on a
-side stream: each record forks from the capturing stream where the ids are ready, the pass's
-end joins the side stream back. In the captured graph the recorder's kernels then run beside
-the model's instead of between them, off the step's critical path (what they add to a decode
-step went from about 2.8 us per MoE layer to what docs/transformers.md measures). The ids are
-marked as used by the side stream (Tensor.record_stream), so the caching allocator gives their
-memory to nothing else before the side stream has read them. Passes run through the ops
-(torch.compile) stay on the capturing stream: the compiler reuses a buffer once the op that
-reads it returns, which a read still pending on another stream would race with.
+Called directly, record_topk keeps the layer's ids (a reference to the tensor, no copy) and
+end_pass counts every kept layer at once (Recorder.record_topk_layers): the CUDA recorder then
+adds one kernel per pass (per 64 layers) to the stream, after the last layer, instead of one
+between every router and its experts, which is what it cost a captured decode step
+(docs/transformers.md); the host makes one call instead of one per layer. The ids must not be
+changed in place before the pass ends (no transformers router output is), and the kept
+tensors hold their memory until then; past MAX_KEPT_BYTES the kept layers are counted at once.
+Through the op (torch.compile) each layer is counted when its op runs: the compiler reuses a
+buffer as soon as the ops that read it have run.
 
     import moestat.torch_ops as ops
     recorder_id = ops.register(recorder)
@@ -50,24 +50,29 @@ from torch.utils.dlpack import to_dlpack
 from ._core import Error, Recorder
 
 
+# The most bytes of ids a pass keeps before counting them (a prefill of 32768 tokens of
+# top-8 int64 ids is 2 MiB per layer).
+MAX_KEPT_BYTES = 64 << 20
+
+
 class _Registration:
     """A recorder, the id of the next pass it opens (a counter of host calls: inside a
-    replayed CUDA graph the id captured with the graph is replayed), and the side stream the
-    open pass records on (None: the current stream)."""
+    replayed CUDA graph the id captured with the graph is replayed), and the layers the open
+    pass keeps to count at its end."""
 
-    __slots__ = ("recorder", "next_pass_id", "side_stream", "_side_streams")
+    __slots__ = ("recorder", "next_pass_id", "kept_layers", "kept_ids", "kept_valid",
+                 "kept_bytes")
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
         self.next_pass_id = 0
-        self.side_stream = None
-        self._side_streams = {}  # one per device, made on first use
+        self.forget_kept()
 
-    def side_stream_for(self, device: torch.device) -> "torch.cuda.Stream":
-        stream = self._side_streams.get(device.index)
-        if stream is None:
-            stream = self._side_streams[device.index] = torch.cuda.Stream(device)
-        return stream
+    def forget_kept(self) -> None:
+        self.kept_layers = []
+        self.kept_ids = []
+        self.kept_valid = None  # the num_valid_tokens tensor every kept layer shares
+        self.kept_bytes = 0
 
 
 _registrations: dict[int, _Registration] = {}
@@ -102,22 +107,22 @@ def ordering_token(device: "torch.device | str") -> torch.Tensor:
 
 
 def begin_pass(token: torch.Tensor, recorder_id: int) -> None:
-    """Opens a pass of the recorder (on a side stream while the current stream is captured,
-    see above)."""
+    """Opens a pass of the recorder."""
     if torch.compiler.is_compiling():
         torch.ops.moestat.begin_pass(token, recorder_id)
     else:
-        _open_pass(token, recorder_id, fork_when_capturing=True)
+        _open_pass(token, recorder_id)
 
 
 def record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
                 num_valid_tokens: Optional[torch.Tensor] = None) -> None:
-    """Counts one layer's top-k ids; num_valid_tokens: None (every row), or a one-element
-    tensor on topk_ids' device holding how many leading rows are real."""
+    """Counts one layer's top-k ids (called directly: at the pass's end, see above);
+    num_valid_tokens: None (every row), or a one-element tensor on topk_ids' device holding
+    how many leading rows are real."""
     if torch.compiler.is_compiling():
         torch.ops.moestat.record_topk(token, recorder_id, layer, topk_ids, num_valid_tokens)
     else:
-        _record(token, recorder_id, layer, topk_ids, num_valid_tokens)
+        _keep(token, recorder_id, layer, topk_ids, num_valid_tokens)
 
 
 def end_pass(token: torch.Tensor, recorder_id: int) -> None:
@@ -128,68 +133,62 @@ def end_pass(token: torch.Tensor, recorder_id: int) -> None:
         _close_pass(token, recorder_id)
 
 
-def _registered(recorder_id: int) -> _Registration:
+def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
     registration = _registrations.get(recorder_id)
     if registration is None:
         raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
+    if token.is_cuda and hasattr(registration.recorder, "set_stream"):
+        # Whatever stream runs the op (graph capture runs on a side stream) is the one the
+        # recorder's kernels must go to.
+        registration.recorder.set_stream(torch.cuda.current_stream(token.device).cuda_stream)
     return registration
 
 
-def _records_on_a_stream(registration: _Registration, token: torch.Tensor) -> bool:
-    return token.is_cuda and hasattr(registration.recorder, "set_stream")
-
-
-def _open_pass(token: torch.Tensor, recorder_id: int, fork_when_capturing: bool = False) -> None:
-    registration = _registered(recorder_id)
-    registration.side_stream = None
-    if _records_on_a_stream(registration, token):
-        current = torch.cuda.current_stream(token.device)
-        if fork_when_capturing and torch.cuda.is_current_stream_capturing():
-            registration.side_stream = registration.side_stream_for(token.device)
-            # Waiting on the captured stream also brings the side stream into the capture.
-            registration.side_stream.wait_stream(current)
-        _use_stream(registration, current)
+def _open_pass(token: torch.Tensor, recorder_id: int) -> None:
+    registration = _registered(recorder_id, token)
+    registration.forget_kept()
     registration.recorder.begin_pass(registration.next_pass_id)
     registration.next_pass_id += 1
 
 
-def _use_stream(registration: _Registration, current: "torch.cuda.Stream") -> None:
-    # Whatever stream runs the op (graph capture runs on a side stream of torch's own) is the
-    # one the recorder's kernels must go to, unless the pass records on its side stream.
-    stream = registration.side_stream or current
-    registration.recorder.set_stream(stream.cuda_stream)
-
-
 def _record(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
-    registration = _registered(recorder_id)
-    if _records_on_a_stream(registration, token):
-        current = torch.cuda.current_stream(token.device)
-        side = registration.side_stream
-        if side is not None:
-            side.wait_stream(current)  # the ids are ready where the stream stands now
-            topk_ids.record_stream(side)
-            if num_valid_tokens is not None:
-                num_valid_tokens.record_stream(side)
-        _use_stream(registration, current)
     # The recorder gets DLPack capsules: handed a tensor, it would call Tensor.__dlpack__,
     # whose Python checks doubled the host time of this call in an eager forward (CPU).
-    registration.recorder.record_topk(
+    _registered(recorder_id, token).recorder.record_topk(
         layer, to_dlpack(topk_ids),
         num_valid_tokens=None if num_valid_tokens is None else to_dlpack(num_valid_tokens))
 
 
-def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
-    registration = _registered(recorder_id)
-    if not _records_on_a_stream(registration, token):
-        registration.recorder.end_pass()
+def _keep(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
+    registration = _registrations.get(recorder_id)
+    if registration is None:
+        raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
+    if registration.kept_layers and num_valid_tokens is not registration.kept_valid:
+        _count_kept(token, recorder_id)  # one count applies to a whole batch of layers
+    registration.kept_layers.append(layer)
+    registration.kept_ids.append(topk_ids)
+    registration.kept_valid = num_valid_tokens
+    registration.kept_bytes += topk_ids.numel() * topk_ids.element_size()
+    if registration.kept_bytes > MAX_KEPT_BYTES:
+        _count_kept(token, recorder_id)
+
+
+def _count_kept(token: torch.Tensor, recorder_id: int) -> None:
+    registration = _registered(recorder_id, token)
+    if not registration.kept_layers:
         return
-    current = torch.cuda.current_stream(token.device)
-    _use_stream(registration, current)
-    registration.recorder.end_pass()
-    if registration.side_stream is not None:
-        # The join: a capture must end with every stream it forked joined back.
-        current.wait_stream(registration.side_stream)
-        registration.side_stream = None
+    layers, ids, valid = registration.kept_layers, registration.kept_ids, registration.kept_valid
+    registration.forget_kept()
+    registration.recorder.record_topk_layers(
+        layers, [to_dlpack(layer_ids) for layer_ids in ids],
+        num_valid_tokens=None if valid is None else to_dlpack(valid))
+
+
+def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
+    try:
+        _count_kept(token, recorder_id)
+    finally:
+        _registered(recorder_id, token).recorder.end_pass()
 
 
 @torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))
