@@ -8,13 +8,16 @@ timed in turns, so whatever drifts during a round falls on all of them): the tab
 median over the rounds and, in brackets, the smallest and the largest. A range that reaches
 zero or below is within the noise of the measurement, and the SGLang-style / moestat column
 then says so instead of dividing by noise; otherwise it gives the ratio of the medians and the
-least ratio the rounds allow (SGLang-style's smallest over moestat's largest).
+least ratio the rounds allow (SGLang-style's smallest over moestat's largest). "off
+recaptured" is the step without recording again, in graphs captured apart from those of "off":
+what it "adds" is what capturing alone moves the step by, the floor under which no variant's
+cost can be told.
 """
 import json
 import statistics
 import sys
 
-VARIANTS = ("moestat", "moestat stopped", "sglang-style")
+VARIANTS = ("moestat", "moestat stopped", "sglang-style", "off, recaptured")
 
 
 def added(rounds: dict, variant: str) -> list:
@@ -49,8 +52,9 @@ def ratio_cell(rounds: dict) -> str:
 def step_table(rounds_by_step: dict, counts: dict) -> str:
     """rounds_by_step: {step: {variant: [ms per step, one per round]}}; counts: {step: check}."""
     lines = ["| step | off (ms) | moestat (ms) | moestat added [rounds] | moestat stopped added "
-             "[rounds] | SGLang-style added [rounds] | SGLang-style / moestat | counts |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "[rounds] | SGLang-style added [rounds] | off recaptured added [rounds] | "
+             "SGLang-style / moestat | counts |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for step, rounds in rounds_by_step.items():
         cells = [step, f"{statistics.median(rounds['off']):.4f}",
                  f"{statistics.median(rounds['moestat']):.4f}",
