@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <moestat/printable.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace moestat {
 
@@ -12,13 +14,21 @@ namespace moestat {
 /// `what()` reads "file:line: message" so a log line points at the check that fired.
 class Error : public std::runtime_error {
  public:
+  /// `message` is kept escaped (moestat::printable): messages quote bytes of the files
+  /// they are about, which must not reach a terminal or a log raw.
   Error(const char* file, int line, const std::string& message)
-      : std::runtime_error(fmt::format("{}:{}: {}", file, line, message)), message_(message) {}
+      : Error(file, line, printable(message), kEscaped) {}
 
   /// The message without the source location, for user-facing output such as the CLI.
   const std::string& message() const noexcept { return message_; }
 
  private:
+  struct Escaped {};
+  static constexpr Escaped kEscaped{};
+  Error(const char* file, int line, std::string escaped, Escaped)
+      : std::runtime_error(fmt::format("{}:{}: {}", file, line, escaped)),
+        message_(std::move(escaped)) {}
+
   std::string message_;
 };
 

@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <moestat/printable.hpp>
+
 namespace moestat::cli {
 namespace {
 
 std::string key_text(const io::PtValue& key) {
-  return key.kind() == io::PtValue::Kind::kStr ? fmt::format("[\"{}\"]", key.as_str())
+  // Keys and strings are the file's bytes: escaped, so a key cannot drive the terminal.
+  return key.kind() == io::PtValue::Kind::kStr ? fmt::format("[\"{}\"]", printable(key.as_str()))
                                                : fmt::format("[{}]", key.as_int());
 }
 
@@ -47,7 +50,7 @@ std::string describe(const io::PtValue& value) {
       return fmt::format("float {}", value.as_float());
     case Kind::kStr: {
       const std::string& text = value.as_str();
-      return text.size() <= 40 ? fmt::format("str \"{}\"", text)
+      return text.size() <= 40 ? fmt::format("str \"{}\"", printable(text))
                                : fmt::format("str of {} bytes", text.size());
     }
     case Kind::kTensor:
