@@ -3,8 +3,10 @@
 
 #include <zip.h>
 
+#include <algorithm>
 #include <memory>
 #include <moestat/error.hpp>
+#include <string_view>
 
 namespace moestat::io::detail {
 namespace {
@@ -45,6 +47,26 @@ ZipReader::ZipReader(std::span<const std::byte> bytes) {
     const char* name = zip_get_name(archive_, zip_uint64_t(index), ZIP_FL_ENC_RAW);
     names_.emplace_back(name == nullptr ? "" : name);
   }
+  try {
+    require_unique_names();
+  } catch (const Error&) {
+    zip_discard(archive_);  // the destructor does not run when the constructor throws
+    throw;
+  }
+}
+
+void ZipReader::require_unique_names() const {
+  // libzip finds the first record of a name, torch.load's reader the last, so the two would
+  // read different tensors (or pickles) from one file: refuse it rather than pick one.
+  std::vector<std::string_view> sorted(names_.begin(), names_.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice == sorted.end()) return;
+  const auto times = std::count(sorted.begin(), sorted.end(), *twice);
+  MOESTAT_FAIL(
+      "the zip archive holds {} records named \"{}\": ambiguous (torch.load reads the last "
+      "one), so it is refused",
+      times, *twice);
 }
 
 ZipReader::~ZipReader() {

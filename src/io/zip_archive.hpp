@@ -15,7 +15,8 @@ namespace moestat::io::detail {
 /// file name (the caller adds it).
 class ZipReader {
  public:
-  /// `bytes` must outlive the reader. moestat::Error when it is not a zip archive.
+  /// `bytes` must outlive the reader. moestat::Error when it is not a zip archive, or holds
+  /// two records of one name.
   explicit ZipReader(std::span<const std::byte> bytes);
   ~ZipReader();
   ZipReader(const ZipReader&) = delete;
@@ -38,6 +39,8 @@ class ZipReader {
     std::uint64_t size;
   };
   Record find(const std::string& name) const;
+  /// moestat::Error naming a record name the archive holds more than once.
+  void require_unique_names() const;
 
   struct zip* archive_ = nullptr;
   std::vector<std::string> names_;
