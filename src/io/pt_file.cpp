@@ -31,10 +31,27 @@ std::string archive_prefix(const detail::ZipReader& zip) {
   MOESTAT_FAIL("a zip archive without a data.pkl record is not a torch.save file");
 }
 
+/// Refuses bytes without a zip signature, saying whether they are a legacy torch.save file.
+void require_zip_signature(std::span<const std::byte> bytes) {
+  if (bytes.size() >= 4 && bytes[0] == std::byte{'P'} && bytes[1] == std::byte{'K'}) return;
+  // PROTO 2-5 first: the bare pickle torch.save wrote before torch 1.6 (its storages follow
+  // the pickle in a layout of its own), and still writes with
+  // _use_new_zipfile_serialization=False.
+  if (bytes.size() >= 2 && bytes[0] == std::byte{0x80} && bytes[1] >= std::byte{2} &&
+      bytes[1] <= std::byte{5}) {
+    MOESTAT_FAIL(
+        "a legacy torch.save file (a bare pickle, protocol {}, no zip signature: torch before "
+        "1.6, or _use_new_zipfile_serialization=False), which moestat does not read; load it "
+        "and save it again with a current torch",
+        int(bytes[1]));
+  }
+  MOESTAT_FAIL(
+      "not a torch .pt file: no zip signature (files of torch.save before torch 1.6, or with "
+      "_use_new_zipfile_serialization=False, are not supported)");
+}
+
 PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limits) {
-  MOESTAT_CHECK(bytes.size() >= 4 && bytes[0] == std::byte{'P'} && bytes[1] == std::byte{'K'},
-                "not a torch .pt file: no zip signature (files of torch.save before torch 1.6, "
-                "or with _use_new_zipfile_serialization=False, are not supported)");
+  require_zip_signature(bytes);
   const detail::ZipReader zip(bytes);
   const std::string prefix = archive_prefix(zip);
   if (zip.contains(prefix + "byteorder")) {

@@ -5,6 +5,8 @@
 #include <moestat/error.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/statistics.hpp>
+#include <optional>
+#include <string_view>
 
 #include "json_support.hpp"
 
@@ -17,15 +19,66 @@ std::span<const std::byte> as_bytes(const std::string& text) {
   return std::as_bytes(std::span<const char>(text.data(), text.size()));
 }
 
-FileFormat detect(const std::string& bytes) {
-  if (bytes.size() >= 4 && bytes.compare(0, 4, "PK\x03\x04") == 0) return FileFormat::kPt;
-  if (bytes.size() >= 8 && bytes.compare(0, 8, "MOETRACE") == 0) return FileFormat::kTrace;
-  if (bytes.size() >= 9 && bytes[8] == '{') {
-    std::uint64_t header = 0;
-    std::memcpy(&header, bytes.data(), 8);
-    if (header <= bytes.size() - 8) return FileFormat::kSafetensors;
-  }
-  return FileFormat::kJson;
+/// PROTO and a protocol torch.save used: a .pt file from before torch 1.6 (or saved with
+/// _use_new_zipfile_serialization=False), a bare pickle without the zip around it.
+bool is_legacy_torch_file(std::string_view bytes) {
+  return bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5;
+}
+
+/// safetensors' u64 header size then '{'. The size must be binary, a byte no JSON text
+/// holds (a size below 2^56 ends in a zero byte), so JSON with '{' at byte 8 is not taken
+/// for it; whether the size fits the file is for the safetensors reader to say.
+bool is_safetensors(std::string_view bytes) {
+  if (bytes.size() < 9 || bytes[8] != '{') return false;
+  return std::any_of(bytes.begin(), bytes.begin() + 8, [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r';
+  });
+}
+
+/// The trace header's byte-order mark (0x01020304 little-endian at offset 12), which a
+/// trace whose magic was damaged still carries.
+bool has_trace_byte_order_mark(std::string_view bytes) {
+  return bytes.size() >= 16 && bytes.compare(12, 4, "\x04\x03\x02\x01") == 0;
+}
+
+/// JSON text starts with an object or array (after an optional UTF-8 byte-order mark and
+/// white space); moestat's JSON files are all objects.
+bool starts_like_json(std::string_view bytes) {
+  if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
+  const std::size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && (bytes[first] == '{' || bytes[first] == '[');
+}
+
+/// The format an extension names, when it names one (traces have none of their own, but
+/// moestat's tests and examples call them .trace).
+std::optional<FileFormat> format_named_by(const std::filesystem::path& path) {
+  const std::string extension = path.extension().string();
+  if (extension == ".json") return FileFormat::kJson;
+  if (extension == ".pt" || extension == ".pth") return FileFormat::kPt;
+  if (extension == ".safetensors") return FileFormat::kSafetensors;
+  if (extension == ".trace" || extension == ".moetrace") return FileFormat::kTrace;
+  return std::nullopt;
+}
+
+/// A file's format: its signature first (so a misnamed file still reads), then its
+/// extension (so a damaged file is refused by its own format's reader, which says what is
+/// wrong, rather than by the JSON parser), then the shape of its first bytes. moestat::Error
+/// naming `path` when none fits.
+FileFormat detect(const std::filesystem::path& path, std::string_view bytes) {
+  if (bytes.starts_with("PK\x03\x04")) return FileFormat::kPt;
+  if (bytes.starts_with("MOETRACE")) return FileFormat::kTrace;
+  if (is_safetensors(bytes)) return FileFormat::kSafetensors;
+  if (const auto named = format_named_by(path)) return *named;
+  if (is_legacy_torch_file(bytes)) return FileFormat::kPt;
+  if (has_trace_byte_order_mark(bytes)) return FileFormat::kTrace;
+  if (starts_like_json(bytes)) return FileFormat::kJson;
+  MOESTAT_CHECK(!bytes.empty(), "{}: the file is empty", path.string());
+  MOESTAT_FAIL(
+      "{}: not a file moestat reads: no .pt (zip), safetensors or trace signature, and not "
+      "JSON (it starts with \"{}\"; name it .json, .pt, .safetensors or .trace to have that "
+      "format's reader say what is wrong)",
+      path.string(), bytes.substr(0, 16));
 }
 
 /// Runs `body`, prefixing its errors with the path unless they already start with it.
@@ -34,7 +87,7 @@ auto naming(const std::filesystem::path& path, Body&& body) {
   try {
     return body();
   } catch (const Error& error) {
-    if (error.message().rfind(path.string(), 0) == 0) throw;
+    if (error.message().starts_with(printable(path.string()))) throw;
     MOESTAT_FAIL("{}: {}", path.string(), error.message());
   }
 }
@@ -66,7 +119,7 @@ std::string_view file_format_name(FileFormat format) noexcept {
 }
 
 FileFormat detect_file_format(const std::filesystem::path& path) {
-  return detect(read_text_file(path));
+  return detect(path, read_text_file(path));
 }
 
 FileFormat format_of_extension(const std::filesystem::path& path) {
@@ -81,9 +134,9 @@ FileFormat format_of_extension(const std::filesystem::path& path) {
 LogicalCounts read_logical_counts(const std::filesystem::path& path) {
   const std::string bytes = read_text_file(path);
   return naming(path, [&]() -> LogicalCounts {
-    switch (detect(bytes)) {
+    switch (detect(path, bytes)) {
       case FileFormat::kPt:
-        return logical_counts_from_pt(read_pt(as_bytes(bytes)));
+        return logical_counts_from_pt(read_pt(as_bytes(bytes), path.string()));
       case FileFormat::kSafetensors:
         return logical_counts_from_pt(
             as_pt_counts(require_tensor(read_safetensors(as_bytes(bytes)), "logical_count")));
@@ -124,9 +177,10 @@ Placement read_placement(const std::filesystem::path& path, std::int64_t num_log
                          std::uint64_t version) {
   const std::string bytes = read_text_file(path);
   return naming(path, [&]() -> Placement {
-    switch (detect(bytes)) {
+    switch (detect(path, bytes)) {
       case FileFormat::kPt:
-        return placement_from_pt(read_pt(as_bytes(bytes)), num_logical_experts, version);
+        return placement_from_pt(read_pt(as_bytes(bytes), path.string()), num_logical_experts,
+                                 version);
       case FileFormat::kSafetensors: {
         const SafetensorsFile file = read_safetensors(as_bytes(bytes));
         return placement_from_pt(
@@ -164,9 +218,9 @@ void write_placement(const std::filesystem::path& path, const Placement& placeme
 ExpertMask read_expert_mask(const std::filesystem::path& path) {
   const std::string bytes = read_text_file(path);
   return naming(path, [&]() -> ExpertMask {
-    switch (detect(bytes)) {
+    switch (detect(path, bytes)) {
       case FileFormat::kPt: {
-        const PtValue value = read_pt(as_bytes(bytes));
+        const PtValue value = read_pt(as_bytes(bytes), path.string());
         const PtValue* keyed = value.find(kMaskKey);
         return expert_mask_from_tensor(keyed != nullptr ? keyed->tensor() : value.tensor());
       }
@@ -241,11 +295,11 @@ StatisticsFile read_statistics_file(const std::filesystem::path& path) {
     // Cheap and sufficient: the key names appear verbatim in every format's bytes.
     return bytes.find(key) != std::string::npos;
   };
-  switch (detect(bytes)) {
+  switch (detect(path, bytes)) {
     case FileFormat::kTrace:
       MOESTAT_FAIL("{}: a per-token trace is not a statistics file", path.string());
     case FileFormat::kPt: {
-      const PtValue value = naming(path, [&] { return read_pt(as_bytes(bytes)); });
+      const PtValue value = naming(path, [&] { return read_pt(as_bytes(bytes), path.string()); });
       if (value.find("physical_to_logical_map") != nullptr) return read_placement(path);
       if (value.find(kMaskKey) != nullptr || value.kind() == PtValue::Kind::kTensor) {
         return read_expert_mask(path);
