@@ -52,6 +52,8 @@ struct Snapshot {
   std::int64_t num_tokens() const noexcept { return std::int64_t(token_pass_ids.size()); }
 
   /// [L, E] logical counts summed over the window (or over kept tokens in per-token mode).
+  /// moestat::Error "... overflows int64" when the sum of every count does not fit, so that
+  /// any sum of these totals fits too (the same holds for physical_totals).
   std::vector<std::int64_t> logical_totals() const;
   /// [L, P] physical counts summed likewise.
   std::vector<std::int64_t> physical_totals() const;

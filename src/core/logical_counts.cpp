@@ -1,5 +1,6 @@
 #include "logical_counts.hpp"
 
+#include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
 
 namespace moestat::detail {
@@ -10,8 +11,9 @@ void add_logical_counts(const Placement& placement, const std::int64_t* physical
   const std::int64_t num_logical = placement.num_logical_experts();
   for (std::int64_t layer = 0; layer < placement.num_layers(); ++layer) {
     for (std::int64_t slot = 0; slot < num_physical; ++slot) {
-      logical[layer * num_logical + placement.logical_of(layer, slot)] +=
-          physical[layer * num_physical + slot];
+      // Replicas of one expert add up, and a caller's counts may be as large as int64.
+      std::int64_t& count = logical[layer * num_logical + placement.logical_of(layer, slot)];
+      count = checked_add(count, physical[layer * num_physical + slot], "a logical count");
     }
   }
 }

@@ -1,3 +1,4 @@
+#include <moestat/checked_math.hpp>
 #include <moestat/snapshot.hpp>
 
 namespace moestat {
@@ -8,7 +9,14 @@ std::vector<std::int64_t> totals(const Snapshot& snapshot, const std::vector<std
                                  const std::vector<std::int32_t>& token_ids, std::int64_t width) {
   const std::int64_t layer_size = snapshot.num_layers * width;
   std::vector<std::int64_t> out(std::size_t(layer_size), 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) out[i % std::size_t(layer_size)] += counts[i];
+  // As LogicalCounts::totals: the grand total (counts, then one per token id) is checked, so
+  // every total and every sum of totals fits.
+  std::int64_t all = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    all = checked_add(all, counts[i], "the sum of the snapshot's counts");
+    out[i % std::size_t(layer_size)] += counts[i];
+  }
+  checked_add(all, std::int64_t(token_ids.size()), "the sum of the snapshot's counts");
   const std::int64_t token_size = snapshot.num_layers * snapshot.top_k;
   for (std::size_t i = 0; i < token_ids.size(); ++i) {
     const std::int32_t id = token_ids[i];

@@ -2,6 +2,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 
@@ -43,7 +44,13 @@ void validate(const LogicalCounts& counts) {
 std::vector<std::int64_t> LogicalCounts::totals() const {
   const std::int64_t layer_size = num_layers * num_experts;
   std::vector<std::int64_t> out(std::size_t(std::max<std::int64_t>(layer_size, 0)), 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) out[i % out.size()] += counts[i];
+  // The grand total is checked too: counts are non-negative, so when it fits, every total
+  // and every sum of totals a caller makes (a layer's, the file's) fits as well.
+  std::int64_t all = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    out[i % out.size()] += counts[i];
+    all = checked_add(all, counts[i], "the sum of logical_count");
+  }
   return out;
 }
 

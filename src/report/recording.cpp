@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/io/statistics.hpp>
@@ -42,8 +43,7 @@ Recording from_snapshot(const Snapshot& snapshot) {
                       fmt::format("{}..{}", snapshot.placement_versions.front(),
                                   snapshot.placement_versions.back()));
   }
-  std::int64_t tokens = 0;
-  for (std::int64_t n : snapshot.pass_num_tokens) tokens += n;
+  const std::int64_t tokens = checked_sum(snapshot.pass_num_tokens, "the sum of pass_num_tokens");
   if (!snapshot.pass_num_tokens.empty())
     meta.emplace_back("valid tokens", fmt::format("{}", tokens));
   if (snapshot.num_tokens() > 0)
@@ -86,7 +86,9 @@ void Recording::validate() const {
   }
 }
 
-Recording load_recording(const std::filesystem::path& path) {
+namespace {
+
+Recording load(const std::filesystem::path& path) {
   Recording out;
   if (io::detect_file_format(path) != io::FileFormat::kJson) {
     // .pt (SGLang dumps) and .safetensors hold logical counts (or a placement or a mask,
@@ -118,6 +120,18 @@ Recording load_recording(const std::filesystem::path& path) {
   out.source = path.string();
   out.validate();
   return out;
+}
+
+}  // namespace
+
+Recording load_recording(const std::filesystem::path& path) {
+  // Errors of a summary (a sum that overflows int64) name the file, as the readers' do.
+  try {
+    return load(path);
+  } catch (const Error& error) {
+    if (error.message().starts_with(printable(path.string()))) throw;
+    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+  }
 }
 
 void Options::validate(const Recording& recording) const {

@@ -124,3 +124,17 @@ def test_bad_input_raises_moestat_error_naming_the_problem():
     with pytest.raises(moestat.Error, match="mode"):
         moestat.CpuRecorder(topology, mode="sometimes")
     assert issubclass(moestat.Error, ValueError)
+
+
+def test_local_counts_whose_sum_overflows_int64_raise_naming_the_call():
+    # Issue 14, item 7: 2**62 added twice wrapped to -2**63.
+    topology = moestat.ModelTopology(2, 4, 2, moe_layers=[False, True])
+    recorder = moestat.CpuRecorder(topology)
+    recorder.start()
+    recorder.begin_pass(0)
+    counts = np.array([2**62, 0, 0, 0], dtype=np.int64)
+    recorder.record_local_counts(1, counts, 0)
+    with pytest.raises(moestat.Error, match="physical expert 0: the pass's count overflows int64"):
+        recorder.record_local_counts(1, counts, 0)
+    recorder.end_pass()
+    assert int(np.asarray(recorder.snapshot().physical_counts).max()) == 2**62

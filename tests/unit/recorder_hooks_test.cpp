@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <moestat/record/cpu_recorder.hpp>
 #include <vector>
 
@@ -334,6 +335,33 @@ TEST_F(RecorderHooks, LocalCountsRejectNegativeEntriesAndAddNothing) {
   recorder_.end_pass();
   // Entries 0 and 1 were valid but the call was rejected as a whole.
   expect_one_pass(std::vector<std::int64_t>(kLayers * kPhysical, 0));
+}
+
+TEST_F(RecorderHooks, LocalCountsWhoseSumOverflowsAreRefusedAndAddNothing) {
+  // Issue 14, item 7: 2^62 twice wrapped to -2^63 through Python's record_local_counts.
+  constexpr std::int64_t kHalf = std::int64_t{1} << 62;
+  const std::vector<std::int64_t> big = {kHalf, 1, 0, 0, 0};
+  recorder_.begin_pass(1);
+  recorder_.record_local_counts(1, counts_view(big), 0);
+  EXPECT_MOESTAT_ERROR(recorder_.record_local_counts(1, counts_view(big), 0),
+                       "record_local_counts: layer 1, physical expert 0: the pass's count "
+                       "overflows int64");
+  recorder_.end_pass();
+  // The refused call added nothing, not even its entry 1.
+  std::vector<std::int64_t> expected(kLayers * kPhysical, 0);
+  expected[kPhysical] = kHalf;
+  expected[kPhysical + 1] = 1;
+  expect_one_pass(expected);
+}
+
+TEST_F(RecorderHooks, ReplicasWhoseLogicalSumOverflowsFailTheSnapshot) {
+  // Slots 0 and 4 both hold expert 0 (p % 4): each count fits, their logical sum does not.
+  const std::vector<std::int64_t> big = {std::numeric_limits<std::int64_t>::max(), 0, 0, 0, 0};
+  recorder_.begin_pass(1);
+  recorder_.record_local_counts(1, counts_view(big), 0);
+  recorder_.record_local_counts(1, counts_view(big), 1);
+  recorder_.end_pass();
+  EXPECT_MOESTAT_ERROR(static_cast<void>(recorder_.snapshot()), "a logical count overflows int64");
 }
 
 TEST_F(RecorderHooks, LocalCountsRankMustBeInRange) {

@@ -20,7 +20,8 @@ struct LogicalCounts {
   bool has_window_axis = false;      ///< The file held [W][L][E] rather than [L][E].
   std::vector<std::int64_t> counts;  ///< [W, L, E] row-major, non-negative.
 
-  /// [L, E] summed over the window.
+  /// [L, E] summed over the window. moestat::Error "... overflows int64" when the sum of
+  /// every count does not fit, so that any sum of these totals fits too.
   std::vector<std::int64_t> totals() const;
 
   friend bool operator==(const LogicalCounts&, const LogicalCounts&) = default;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <moestat/error.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 
@@ -92,6 +93,15 @@ void CpuRecorder::do_record_local_counts(std::int64_t layer, const TensorView& c
   }
   if (!pass_recorded_) return;
   std::int64_t* row = layer_row(layer);
+  // Checked before any is added, as above: the pass may already hold counts for the layer.
+  // (Both are non-negative, so the subtraction cannot overflow.)
+  for (std::int64_t j = 0; j < num_local; ++j) {
+    MOESTAT_CHECK(counts.int_at({j}) <=
+                      std::numeric_limits<std::int64_t>::max() - row[first_physical_expert + j],
+                  "record_local_counts: layer {}, physical expert {}: the pass's count "
+                  "overflows int64",
+                  layer, first_physical_expert + j);
+  }
   for (std::int64_t j = 0; j < num_local; ++j) row[first_physical_expert + j] += counts.int_at({j});
 }
 
