@@ -99,6 +99,10 @@ class Recorder {
 
   /// Closes the pass and commits it (if recorded) to the window, decayed sum or token ring.
   void end_pass();
+  /// Closes the pass without committing it: what its hooks counted is discarded, as if it had
+  /// not begun (for a forward that failed part-way). Eager passes only: in a captured graph,
+  /// whether a replay fails is not known when the graph is captured.
+  void abort_pass();
 
   /// Sets the layer that scope-style hooks attribute data to, until the scope ends. Nests.
   [[nodiscard]] LayerScope layer_scope(std::int64_t layer);
@@ -142,6 +146,7 @@ class Recorder {
   virtual void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                                       std::int64_t first_physical_expert) = 0;
   virtual void do_end_pass() = 0;
+  virtual void do_abort_pass() = 0;
 
   /// Throws unless `placement` fits the topology; shared by every backend.
   void validate_placement(const Placement& placement) const;

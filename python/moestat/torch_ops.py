@@ -133,6 +133,15 @@ def end_pass(token: torch.Tensor, recorder_id: int) -> None:
         _close_pass(token, recorder_id)
 
 
+def abort_pass(token: torch.Tensor, recorder_id: int) -> None:
+    """Closes the open pass without committing it: the layers it counted or kept are
+    discarded (a forward that raised). Called directly, never traced: a compiled forward that
+    raises has no later op to run."""
+    registration = _registered(recorder_id, token)
+    registration.forget_kept()
+    registration.recorder.abort_pass()
+
+
 def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
     registration = _registrations.get(recorder_id)
     if registration is None:

@@ -126,6 +126,9 @@ void bind_recorders(nb::module_& module) {
           "are dropped.")
       .def("end_pass", &Recorder::end_pass, nb::call_guard<nb::gil_scoped_release>(),
            "Closes the pass and commits it.")
+      .def("abort_pass", &Recorder::abort_pass, nb::call_guard<nb::gil_scoped_release>(),
+           "Closes the pass without committing it: what it counted is discarded (a forward "
+           "that failed part-way). Eager passes only.")
       .def("start", &Recorder::start, nb::call_guard<nb::gil_scoped_release>(),
            "Clears everything and records from the next pass.")
       .def("stop", &Recorder::stop, nb::call_guard<nb::gil_scoped_release>(),

@@ -72,6 +72,13 @@ void Recorder::end_pass() {
   do_end_pass();
 }
 
+void Recorder::abort_pass() {
+  if (disabled_depth_ > 0) return;
+  MOESTAT_CHECK(pass_open_, "abort_pass without begin_pass");
+  pass_open_ = false;
+  do_abort_pass();
+}
+
 void Recorder::check_hook_layer(std::int64_t layer, const char* hook) const {
   MOESTAT_CHECK(layer != kNoLayer, "{} with no layer: pass a layer index or open a LayerScope",
                 hook);

@@ -269,3 +269,33 @@ def test_a_map_made_in_inference_mode_is_still_followed(sglang_recorder_module,
     counts = ours.dump_record("object")["logical_count"][:, 0]
     assert counts[0].tolist() == [1, 1, 0, 0] and counts[1].tolist() == [0, 0, 1, 1]
     assert ours.faults == {}
+
+
+def test_a_forward_that_raises_is_discarded_not_committed(sglang_recorder_module,
+                                                          single_process_group):
+    module, config = sglang_recorder_module
+    _, theirs, ours = make_pair(module, config, Setup("stat", buffer_size=4))
+    passes = [torch.tensor([[0, 1], [2, 3]]), torch.tensor([[4, 5], [6, 7]]),
+              torch.tensor([[1, 1], [3, 3]])]
+
+    def forward(recorder, pass_id, ids, fail):
+        with recorder.with_forward_pass(pass_id, batch(2)):
+            with recorder.with_current_layer(1):
+                recorder.on_select_experts(ids)
+            if fail:
+                raise RuntimeError("the forward failed after layer 1")
+
+    for recorder in (theirs, ours):
+        recorder.start_record()
+        for pass_id, ids in enumerate(passes):
+            if pass_id == 1:
+                with pytest.raises(RuntimeError, match="failed after layer 1"):
+                    forward(recorder, pass_id, ids, fail=True)
+            else:
+                forward(recorder, pass_id, ids, fail=False)
+    their_counts = theirs.dump_record("object")["logical_count"]
+    our_counts = ours.dump_record("object")["logical_count"]
+    # SGLang commits the failed pass (its end runs in a finally); moestat discards it.
+    assert their_counts.sum() == 12 and our_counts.sum() == 8
+    assert their_counts[..., 4:8].sum() == 4 and our_counts[..., 4:8].sum() == 0
+    assert ours.faults == {}

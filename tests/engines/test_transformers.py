@@ -141,15 +141,26 @@ def test_detach_stops_recording_and_the_context_manager_detaches():
     assert recorder.snapshot().logical_counts.shape[0] == 2
 
 
-def test_a_forward_that_raises_still_closes_its_pass():
+def test_a_forward_that_raises_is_discarded_and_the_next_records():
     model = hf_models.tiny_model("olmoe")
     recorder = recorder_for(model)
     input_ids, attention_mask = hf_models.padded_batch()
+    routers = hf_models.routers_by_layer(model)
+    last_layer = max(routers)
     with torch.no_grad(), moestat_hf.attach(model, recorder):
-        with pytest.raises(Exception):
-            model(input_ids, attention_mask=attention_mask[:, :2])  # a mask of the wrong width
-        model(input_ids, attention_mask=attention_mask)
-    assert recorder.snapshot().logical_counts.shape[0] == 2
+        def fail(*args):
+            raise RuntimeError("router failed")
+
+        # The last MoE layer raises: the layers before it were counted (kept) in the pass.
+        failing = routers[last_layer].register_forward_hook(fail)
+        with pytest.raises(RuntimeError, match="router failed"):
+            model(input_ids, attention_mask=attention_mask)
+        failing.remove()
+        output = model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    counts = recorder.snapshot().logical_counts
+    assert counts.shape[0] == 1, "the forward that raised is no pass"
+    np.testing.assert_array_equal(
+        counts[0], hf_models.tally(model, output.router_logits, attention_mask.bool()))
 
 
 def test_topology_from_config_marks_the_dense_layers():

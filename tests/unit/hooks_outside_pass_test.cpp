@@ -38,6 +38,7 @@ class DeferringRecorder final : public Recorder {
     ++local_count_calls;
   }
   void do_end_pass() override {}
+  void do_abort_pass() override {}
   bool accepts_hooks_outside_pass() const override {
     ++questions;
     return accepting;

@@ -39,6 +39,7 @@ class CpuRecorder final : public Recorder {
   void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                               std::int64_t first_physical_expert) override;
   void do_end_pass() override;
+  void do_abort_pass() override;
 
  private:
   std::int64_t* layer_row(std::int64_t layer);

@@ -145,6 +145,7 @@ class CudaRecorder final : public Recorder {
   void do_record_local_counts(std::int64_t layer, const TensorView& counts,
                               std::int64_t first_physical_expert) override;
   void do_end_pass() override;
+  void do_abort_pass() override;
   /// While stream() is being captured (a failed query is a moestat::Error): the captured
   /// kernels run inside whatever pass is open on the device at replay.
   bool accepts_hooks_outside_pass() const override;

@@ -107,7 +107,8 @@ class RecordingHandle:
         self._real_rows_first = None
         self._hooks = [
             model.register_forward_pre_hook(self._begin_pass, with_kwargs=True),
-            # always_call: a forward that raises still closes its pass, so the next can open.
+            # always_call: a forward that raises still closes its pass (discarding it), so the
+            # next can open.
             model.register_forward_hook(self._end_pass, always_call=True),
         ]
         self._hooks += [
@@ -144,8 +145,13 @@ class RecordingHandle:
                               top_k_ids.index_select(0, order), num_real)
 
     def _end_pass(self, model, args, output):
-        torch_ops.end_pass(self._token, self._recorder_id)
         self._real_rows_first = None
+        if output is None:
+            # torch calls an always_call hook with no output when the forward raised: a pass
+            # that did not finish is discarded, not committed with the layers it reached.
+            torch_ops.abort_pass(self._token, self._recorder_id)
+            return
+        torch_ops.end_pass(self._token, self._recorder_id)
 
 
 def attach(model: torch.nn.Module, recorder: Recorder) -> RecordingHandle:

@@ -222,8 +222,11 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         self._begin_pass(forward_pass_id, forward_batch)
         try:
             yield outputs
-        finally:
-            self._end_pass()
+        except BaseException:
+            # A forward that raised is not a pass: what its layers counted is discarded.
+            self._abort_pass()
+            raise
+        self._end_pass()
 
     def _begin_pass(self, forward_pass_id, forward_batch):
         if self._in_pass:
@@ -268,6 +271,21 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             self._passes_since_reset += 1
         else:
             self._passes.pop(pass_id, None)
+
+    def _abort_pass(self):
+        if not self._in_pass:
+            return
+        self._in_pass = False
+        self._passes.pop(self._next_pass_id, None)
+        self._next_pass_id += 1
+        for layer in self._staged_layers:
+            self._staging[layer].zero_()
+        self._staged_layers.clear()
+        try:
+            self._use_current_stream()
+            self._recorder.abort_pass()
+        except Exception as error:  # noqa: BLE001
+            self._fault("abort_pass", error)
 
     # ---- hooks ----
 

@@ -105,6 +105,10 @@ void CpuRecorder::do_record_local_counts(std::int64_t layer, const TensorView& c
   for (std::int64_t j = 0; j < num_local; ++j) row[first_physical_expert + j] += counts.int_at({j});
 }
 
+void CpuRecorder::do_abort_pass() {
+  // Nothing of the pass has left its buffers, which the next begin_pass clears.
+}
+
 void CpuRecorder::do_end_pass() {
   if (!pass_recorded_) return;
   const std::int64_t num_physical = topology().num_physical_experts;

@@ -308,6 +308,12 @@ void CudaRecorder::do_record_local_counts(std::int64_t layer, const TensorView& 
                                    first_physical_expert, stream_);
 }
 
+void CudaRecorder::do_abort_pass() {
+  std::fill(layer_traced_.begin(), layer_traced_.end(), 0);
+  pass_max_rows_ = 0;
+  cuda::launch_abort_pass(resources_->buffers, stream_);
+}
+
 void CudaRecorder::do_end_pass() {
   const RecordMode mode = options().mode;
   const double decay = mode == RecordMode::kDecayed ? options().decay : -1.0;

@@ -167,6 +167,26 @@ __global__ void advance_pass_kernel(DeviceBuffers buffers) {
   state->seq = seq + 2;
 }
 
+/// One block per layer: the layer's counts in every copy of the open pass back to zero, and
+/// the pass's tallies and staged trace rows, so the next pass begins as after a fold.
+__global__ void __launch_bounds__(kFoldThreads) abort_pass_kernel(DeviceBuffers buffers) {
+  DeviceState* state = buffers.state;
+  if (state->recording == 0) return;
+  const long long layer = blockIdx.x;
+  for (int copy = 0; copy < kPassCopies; ++copy) {
+    int* counts = detail::pass_layer_counts(buffers, copy, layer);
+    for (long long bin = threadIdx.x; bin < buffers.num_physical_experts; bin += blockDim.x) {
+      counts[bin] = 0;
+    }
+  }
+  if (threadIdx.x != 0) return;
+  if (buffers.trace.layer_rows != nullptr) buffers.trace.layer_rows[layer] = 0;
+  if (layer == 0) {
+    state->pass_num_tokens = 0;
+    state->pass_dropped = 0;
+  }
+}
+
 __global__ void empty_kernel() {}
 
 }  // namespace
@@ -203,6 +223,11 @@ void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cuda
     MOESTAT_CUDA_CHECK(cudaGetLastError());
   }
   advance_pass_kernel<<<1, 1, 0, stream>>>(buffers);
+  MOESTAT_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_abort_pass(const DeviceBuffers& buffers, cudaStream_t stream) {
+  abort_pass_kernel<<<unsigned(buffers.num_layers), kFoldThreads, 0, stream>>>(buffers);
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
 

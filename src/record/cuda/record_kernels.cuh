@@ -97,6 +97,10 @@ void launch_trace_copy(const DeviceBuffers& buffers, std::int64_t max_rows, cuda
 /// decayed load when `decay` >= 0); then writes the slot's metadata and advances the cursor.
 void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cudaStream_t stream);
 
+/// Discards the open pass: zeroes every copy of its counts, its tallies and (per-token mode)
+/// its staged rows; the window, its cursor and the decayed loads stay as they were.
+void launch_abort_pass(const DeviceBuffers& buffers, cudaStream_t stream);
+
 /// An empty kernel, for benchmarks to set the cost of a graph node against.
 void launch_empty(cudaStream_t stream);
 
