@@ -256,7 +256,7 @@ TEST(CliInspect, SnapshotWithAnEmptyWindowAllocatesNoLayerTable) {
   const CliRun json = run_cli("inspect --json " + quoted(path));
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_EQ(nlohmann::json::parse(json.out).at("layers"), nlohmann::json::array());
-  const CliRun report = run_cli("report --prometheus " + quoted(path));
+  const CliRun report = run_cli("report --gpus 2 --prometheus " + quoted(path));
   EXPECT_EQ(report.code, 1);
   EXPECT_TRUE(contains(report.err, "empty.json: the snapshot holds no counts to draw"))
       << report.err;
@@ -537,11 +537,12 @@ TEST(CliReport, ErrorsExitOneNamingTheFile) {
   ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 2 --out " + quoted(dir.path())).code, 0);
   const auto snapshot = dir.path() / "snapshot.json";
   const auto absent = dir.path() / "absent.json";
-  CliRun run = run_cli(fmt::format("report {} --prometheus", quoted(absent)));
+  CliRun run = run_cli(fmt::format("report {} --gpus 2 --prometheus", quoted(absent)));
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(contains(run.err, absent.string())) << run.err;
   // A placement given as the recording.
-  run = run_cli(fmt::format("report {} --prometheus", quoted(dir.path() / "placement.json")));
+  run = run_cli(
+      fmt::format("report {} --gpus 2 --prometheus", quoted(dir.path() / "placement.json")));
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(contains(run.err, "placement.json: is a placement")) << run.err;
   // A placement of another shape.
@@ -557,6 +558,57 @@ TEST(CliReport, ErrorsExitOneNamingTheFile) {
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(contains(run.err, "--gpus 3")) << run.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html"));
+}
+
+TEST(CliReport, ReadsThePlacementInEveryFormat) {
+  // Issue 17: --placement read JSON only, though eval and plan --previous read .pt.
+  ScratchDir dir;
+  ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 4 --out " + quoted(dir.path())).code, 0);
+  const auto snapshot = quoted(dir.path() / "snapshot.json");
+  const CliRun json = run_cli(fmt::format("report {} --placement {} --gpus 4 --prometheus",
+                                          snapshot, quoted(dir.path() / "placement.json")));
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_TRUE(contains(json.out, "placement=\"planned\"")) << json.out;
+  for (const char* name : {"placement.pt", "placement.safetensors"}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run_cli(fmt::format("convert {} {}", quoted(dir.path() / "placement.json"),
+                                  quoted(dir.path() / name)))
+                  .code,
+              0);
+    const CliRun run = run_cli(fmt::format("report {} --placement {} --gpus 4 --prometheus",
+                                           snapshot, quoted(dir.path() / name)));
+    EXPECT_EQ(run.code, 0) << run.err;
+    EXPECT_EQ(run.out, json.out);
+  }
+  // A damaged one is refused naming it.
+  std::ofstream(dir.path() / "bad.pt") << "PK\x03\x04 not a zip";
+  const CliRun bad = run_cli(fmt::format("report {} --placement {} --gpus 4 --prometheus", snapshot,
+                                         quoted(dir.path() / "bad.pt")));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_TRUE(contains(bad.err, "bad.pt")) << bad.err;
+}
+
+TEST(CliReport, GpusIsRequiredWhereverGpusAreCounted) {
+  // Issue 17: --gpus defaulted to 8 silently (the demo's 32 GPUs gave 0.605, not 0.473).
+  ScratchDir dir;
+  ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 2 --out " + quoted(dir.path())).code, 0);
+  const auto snapshot = quoted(dir.path() / "snapshot.json");
+  for (const std::string& outputs :
+       {std::string("--prometheus"), "--html " + quoted(dir.path() / "r.html"),
+        "--png " + quoted(dir.path() / "r.png") + " --placement " +
+            quoted(dir.path() / "placement.json")}) {
+    SCOPED_TRACE(outputs);
+    const CliRun run = run_cli(fmt::format("report {} {}", snapshot, outputs));
+    EXPECT_EQ(run.code, 2) << run.out << run.err;
+    EXPECT_TRUE(contains(run.err, "--gpus R is required with --html, --prometheus or --placement"))
+        << run.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html"));
+  // The heatmap alone counts no GPU.
+  const CliRun png =
+      run_cli(fmt::format("report {} --png {}", snapshot, quoted(dir.path() / "r.png")));
+  EXPECT_EQ(png.code, 0) << png.err;
+  EXPECT_TRUE(read_whole_file(dir.path() / "r.png").starts_with("\x89PNG\r\n"));
 }
 
 TEST(CliDemo, UnwritableOutputExitsOneNamingThePath) {

@@ -1,5 +1,6 @@
-// The files `moestat plan`, `eval` and `hot-experts` read and write, each kind through one
-// function (the io module's loading by format underneath).
+// The files `moestat plan`, `eval`, `hot-experts` and `report` read and write, each kind
+// through one function (the io module's loading by format underneath), so every command
+// that takes a kind of file takes it in every format.
 #pragma once
 
 #include <filesystem>
@@ -20,7 +21,8 @@ inline constexpr const char* kStatsFileHelp =
 plan::LoadWindow read_load_file(const std::filesystem::path& path);
 
 /// A placement file (`{"physical_to_logical_map": [L][P]}`) for `num_logical_experts`
-/// experts, from `.json`, `.pt` or `.safetensors`.
+/// experts, from `.json`, `.pt` or `.safetensors`: what every --placement and --previous
+/// takes. Errors name the path.
 Placement read_placement_file(const std::filesystem::path& path, std::int64_t num_logical_experts);
 
 /// Writes exactly `{"physical_to_logical_map": [L][P]}` (SGLang's --init-expert-location

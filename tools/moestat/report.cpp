@@ -2,13 +2,15 @@
 #include <fmt/format.h>
 
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/json.hpp>  // write_file_atomically
 #include <moestat/report.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "command.hpp"
 #include "output_files.hpp"
+#include "plan_files.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -20,15 +22,17 @@ class ReportCommand final : public Command {
         "report",
         "Draw a recording: an HTML page with a heatmap, per-GPU loads and balancedness, a "
         "heatmap PNG, or Prometheus metrics");
-    sub->add_option("FILE", path_, "A moestat snapshot or SGLang logical_count JSON file")
+    sub->add_option("FILE", path_,
+                    "A recording: a moestat snapshot or SGLang logical counts (.json, an SGLang "
+                    ".pt dump or .safetensors)")
         ->required();
     sub->add_option("--placement", placement_path_,
-                    "A physical_to_logical_map JSON placement to compare with the identity "
-                    "placement");
-    sub->add_option("--gpus", options_.num_gpus,
-                    "Expert-parallel GPUs; must divide the experts and the placement's slots")
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
-        ->capture_default_str();
+                    "A placement (physical_to_logical_map [L][P]: .json, .pt or .safetensors) to "
+                    "compare with the identity placement");
+    sub->add_option("--gpus", num_gpus_,
+                    "Expert-parallel GPUs; must divide the experts and the placement's slots. "
+                    "Required with --html, --prometheus or --placement")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
     sub->add_option("--top", options_.top_experts, "Hottest experts listed per layer")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}))
         ->capture_default_str();
@@ -39,20 +43,20 @@ class ReportCommand final : public Command {
     sub->footer(
         "At least one of --html, --png and --prometheus. The page is self-contained (inline\n"
         "SVG, no script, no network). Without --placement it shows the identity placement\n"
-        "(expert e on GPU e / (E / GPUs)) only.\n\n"
+        "(expert e on GPU e / (E / GPUs)) only. --gpus has no default: nothing in a recording\n"
+        "or a placement file says how many GPUs the slots are spread over, and a wrong count\n"
+        "changes every per-GPU figure.\n\n"
         "Example:\n"
         "  moestat demo --out demo-out\n"
         "  moestat report demo-out/snapshot.json --placement demo-out/placement.json --gpus 32 \\\n"
         "      --html demo-out/report.html --png demo-out/heatmap.png\n"
-        "  moestat report logical_count.json --prometheus > metrics.prom");
+        "  moestat report logical_count.pt --gpus 32 --prometheus > metrics.prom");
     return sub;
   }
 
   int run() override {
-    if (html_path_.empty() && png_path_.empty() && !prometheus_) {
-      fmt::print(stderr,
-                 "moestat report: nothing to write: give --html OUT, --png OUT or "
-                 "--prometheus\nRun with --help for more information.\n");
+    if (const std::string missing = missing_options(); !missing.empty()) {
+      fmt::print(stderr, "moestat report: {}\nRun with --help for more information.\n", missing);
       return kExitUsageError;
     }
     // Every output is checked, and every rendering made, before the first file is written:
@@ -60,16 +64,11 @@ class ReportCommand final : public Command {
     const std::vector<std::filesystem::path> outputs{html_path_, png_path_};
     check_outputs(outputs);
     const report::Recording recording = report::load_recording(path_);
+    // --png alone draws no GPU and needs no count; 1 divides every recording.
+    options_.num_gpus = num_gpus_.value_or(1);
     if (!placement_path_.empty()) {
-      try {
-        options_.placement =
-            io::placement_from_json(io::read_text_file(placement_path_), recording.num_experts);
-      } catch (const Error& error) {
-        // read_text_file names the path already; parse errors do not.
-        const std::string& message = error.message();
-        if (message.starts_with(placement_path_)) throw;
-        MOESTAT_FAIL("{}: {}", placement_path_, message);
-      }
+      // The reader eval and plan --previous use: every placement format.
+      options_.placement = read_placement_file(placement_path_, recording.num_experts);
     }
     options_.validate(recording);
     const std::string html = html_path_.empty() ? "" : report::render_html(recording, options_);
@@ -89,8 +88,23 @@ class ReportCommand final : public Command {
   }
 
  private:
+  /// What the command line lacks, as a usage error; "" when nothing. --gpus has no default
+  /// (report::Options' 8 silently gave 0.605 for the demo's 32 GPUs, whose figure is 0.473),
+  /// so every output that counts per GPU needs it.
+  std::string missing_options() const {
+    if (html_path_.empty() && png_path_.empty() && !prometheus_) {
+      return "nothing to write: give --html OUT, --png OUT or --prometheus";
+    }
+    if (!num_gpus_ && (!html_path_.empty() || prometheus_ || !placement_path_.empty())) {
+      return "--gpus R is required with --html, --prometheus or --placement (a recording or a "
+             "placement file does not say how many GPUs hold the experts)";
+    }
+    return "";
+  }
+
   std::string path_, placement_path_, html_path_, png_path_;
   bool prometheus_ = false;
+  std::optional<std::int64_t> num_gpus_;
   report::Options options_;
 };
 
