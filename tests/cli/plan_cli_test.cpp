@@ -145,6 +145,56 @@ TEST(CliPlan, PreviousPlacementReportsCopiesPerLayer) {
   EXPECT_EQ(read_placement(dir.path() / "q.json").num_layers(), 4);
 }
 
+TEST(CliPlan, DeepseekSaysItPlansOnTheSum) {
+  // Issue 17: deepseek said "planned on 2 scenarios" although it plans on their sum.
+  ScratchDir dir;
+  const auto a = write_loads(dir, "a.json", small_loads(1));
+  const auto b = write_loads(dir, "b.json", small_loads(2));
+  const CliRun two =
+      run_cli(fmt::format("plan --stats {} --stats {} --algorithm deepseek {} --out {}", quoted(a),
+                          quoted(b), kShape, quoted(dir.path() / "p.json")));
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_NE(two.out.find("algorithm:   deepseek, planned on the equal-weight sum of 2 files\n"),
+            std::string::npos)
+      << two.out;
+  EXPECT_EQ(two.out.find("scenario"), std::string::npos) << two.out;
+  const CliRun one = run_cli(fmt::format("plan --stats {} --algorithm deepseek {} --out {}",
+                                         quoted(a), kShape, quoted(dir.path() / "q.json")));
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(one.out.find("algorithm:   deepseek, planned on the file's loads\n"), std::string::npos)
+      << one.out;
+}
+
+TEST(CliPlan, PreviousSaysWhetherItReachedTheTarget) {
+  // Issue 17: --target 0.95 stopped at 0.78 without a word.
+  ScratchDir dir;
+  const auto a = write_loads(dir, "a.json", small_loads(1));
+  const auto b = write_loads(dir, "b.json", small_loads(2));
+  ASSERT_EQ(run_cli(fmt::format("plan --stats {} {} --out {}", quoted(a), kShape,
+                                quoted(dir.path() / "p.json")))
+                .code,
+            0);
+  const auto replan = [&](const std::string& target) {
+    return run_cli(fmt::format("plan --stats {} {} --previous {} --target {} --out {}", quoted(b),
+                               kShape, quoted(dir.path() / "p.json"), target,
+                               quoted(dir.path() / "q.json")));
+  };
+  // Perfect balance is out of reach for these skewed loads on 12 slots.
+  const CliRun missed = replan("1");
+  ASSERT_EQ(missed.code, 0) << missed.err;
+  EXPECT_NE(missed.out.find("target:      per-layer balancedness 1 missed on "), std::string::npos)
+      << missed.out;
+  EXPECT_NE(missed.err.find("moestat plan: warning: --target 1 missed on "), std::string::npos)
+      << missed.err;
+  const CliRun reached = replan("0.1");
+  ASSERT_EQ(reached.code, 0) << reached.err;
+  EXPECT_NE(
+      reached.out.find("target:      per-layer balancedness 0.1 reached on 3 of 3 MoE layers"),
+      std::string::npos)
+      << reached.out;
+  EXPECT_TRUE(reached.err.empty()) << reached.err;
+}
+
 TEST(CliEval, JsonHasTheLibrarysMetrics) {
   ScratchDir dir;
   const plan::ExpertLoads loads = small_loads(3);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <moestat/error.hpp>
 #include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>
@@ -18,6 +19,35 @@
 
 namespace moestat::cli {
 namespace {
+
+/// Where movement-aware replanning left the MoE layers (those with load), by per-layer
+/// balancedness on the scenarios' equal-weight sum, the measure --target is checked on.
+struct TargetOutcome {
+  std::int64_t moe_layers = 0;
+  std::int64_t missed = 0;  ///< MoE layers below the target.
+  std::int64_t lowest_layer = -1;
+  double lowest = 1.0;
+  double mean = 0.0;
+};
+
+TargetOutcome target_outcome(const plan::ReplanResult& result, const plan::ExpertLoads& loads,
+                             double target) {
+  TargetOutcome out;
+  double sum = 0.0;
+  for (std::int64_t l = 0; l < loads.num_layers; ++l) {
+    if (loads.layer_total(l) <= 0.0) continue;
+    const double reached = result.balancedness_after[std::size_t(l)];
+    ++out.moe_layers;
+    sum += reached;
+    if (reached < target) ++out.missed;
+    if (out.lowest_layer < 0 || reached < out.lowest) {
+      out.lowest = reached;
+      out.lowest_layer = l;
+    }
+  }
+  out.mean = out.moe_layers > 0 ? sum / double(out.moe_layers) : 1.0;
+  return out;
+}
 
 class PlanCommand final : public Command {
  public:
@@ -43,8 +73,8 @@ class PlanCommand final : public Command {
         ->required()
         ->check(CLI::PositiveNumber);
     sub->add_option("--previous", previous_,
-                    "The placement in force: reach --target with as few expert copies as "
-                    "possible (moestat only)");
+                    "The placement in force (.json, .pt or .safetensors): reach --target with "
+                    "as few expert copies as possible (moestat only; says when it falls short)");
     sub->add_option("--target", target_, "With --previous: per-layer balancedness to reach")
         ->check(kFraction)
         ->capture_default_str();
@@ -63,7 +93,10 @@ class PlanCommand final : public Command {
                     "group's node (reports the share of assignments they serve)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    sub->add_option("--out", out_, "Output placement: .json or .pt (--init-expert-location)")
+    sub->add_option(
+           "--out", out_,
+           "Output placement by extension: .json or .pt (SGLang's --init-expert-location), "
+           ".safetensors")
         ->required();
     sub->footer(
         "The output is exactly {\"physical_to_logical_map\": [L][P]} for SGLang's\n"
@@ -85,6 +118,7 @@ class PlanCommand final : public Command {
     for (const std::string& path : stats_) {
       const plan::LoadWindow window = read_load_file(path);
       totals.push_back(window.total());
+      window_passes_ = std::int64_t(window.passes.size());
       if (stats_.size() == 1) {
         scenarios = plan::window_scenarios(window, max_scenarios_);
       } else {
@@ -105,6 +139,7 @@ class PlanCommand final : public Command {
 
     const Placement reference = plan::plan_deepseek(combined, config_);
     std::vector<std::int64_t> copies;
+    std::optional<TargetOutcome> outcome;
     std::optional<Placement> chosen;
     if (!previous_.empty()) {
       MOESTAT_CHECK(algorithm_ == "moestat", "--previous needs --algorithm moestat");
@@ -112,6 +147,7 @@ class PlanCommand final : public Command {
       plan::ReplanResult r = plan::replan_with_few_copies(
           current, scenarios, config_, {.target_balancedness = target_, .planner = options});
       copies = r.copies_per_layer;
+      outcome = target_outcome(r, combined, target_);
       chosen = std::move(r.placement);
     } else if (algorithm_ == "moestat") {
       chosen = plan::plan_moestat(scenarios, config_, options);
@@ -133,9 +169,9 @@ class PlanCommand final : public Command {
                    ? fmt::format("{} groups on {} nodes", config_.num_groups, config_.num_nodes)
                    : std::string("policy"),
                chosen->num_logical_experts());
-    fmt::print("algorithm:   {}{}, planned on {} scenario{}\n", algorithm_,
+    fmt::print("algorithm:   {}{}, {}\n", algorithm_,
                previous_.empty() ? "" : " (movement-aware, from " + previous_ + ")",
-               scenarios.size(), scenarios.size() == 1 ? "" : "s");
+               planned_on(scenarios.size()));
     fmt::print("balancedness (mean over MoE layers of mean/max GPU load):\n");
     for (std::size_t s = 0; s < scenarios.size(); ++s) {
       const std::string name =
@@ -145,6 +181,7 @@ class PlanCommand final : public Command {
                  plan::evaluate_placement(scenarios[s], reference, config_.num_gpus).balancedness,
                  name);
     }
+    if (outcome) print_target_outcome(*outcome);
     if (!copies.empty()) {
       std::int64_t total = 0;
       for (const std::int64_t c : copies) total += c;
@@ -164,7 +201,43 @@ class PlanCommand final : public Command {
   }
 
  private:
+  /// What the plan was made on, in words: moestat plans on scenarios, deepseek on one sum
+  /// (so "2 scenarios" would misdescribe it).
+  std::string planned_on(std::size_t num_scenarios) const {
+    if (algorithm_ == "moestat") {
+      return fmt::format("planned on {} scenario{}", num_scenarios, num_scenarios == 1 ? "" : "s");
+    }
+    if (stats_.size() > 1) {
+      return fmt::format("planned on the equal-weight sum of {} files", stats_.size());
+    }
+    if (window_passes_ > 1) {
+      return fmt::format("planned on the sum of the file's {} passes", window_passes_);
+    }
+    return "planned on the file's loads";
+  }
+
+  /// Says how close movement-aware replanning came to --target, and warns on stderr when it
+  /// fell short: the placement is still written (the best found), but a user who asked for
+  /// 0.95 must not take 0.78 for it.
+  void print_target_outcome(const TargetOutcome& outcome) const {
+    fmt::print(
+        "target:      per-layer balancedness {} {} on {} of {} MoE layers; lowest {:.4f} "
+        "(layer {}), mean {:.4f}\n",
+        target_, outcome.missed == 0 ? "reached" : "missed",
+        outcome.missed == 0 ? outcome.moe_layers : outcome.missed, outcome.moe_layers,
+        outcome.lowest, outcome.lowest_layer, outcome.mean);
+    if (outcome.missed == 0) return;
+    std::fflush(stdout);
+    fmt::print(stderr,
+               "moestat plan: warning: --target {} missed on {} of {} MoE layers: reached "
+               "{:.4f} at the lowest (layer {}), {:.4f} on average; neither moves from the "
+               "previous placement nor a fresh moestat plan reach it there\n",
+               target_, outcome.missed, outcome.moe_layers, outcome.lowest, outcome.lowest_layer,
+               outcome.mean);
+  }
+
   std::vector<std::string> stats_;
+  std::int64_t window_passes_ = 0;  ///< Passes of the last --stats file (1 without a window).
   std::string algorithm_ = "moestat";
   plan::EplbConfig config_;
   std::string previous_;
