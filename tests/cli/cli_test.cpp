@@ -666,6 +666,22 @@ TEST(CliConvert, BadInputOrOutputExitsOneAndWritesNothing) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"placement.json"});
 }
 
+TEST(CliConvert, UnknownExtensionListsEveryAcceptedOne) {
+  // Issue 17: .pth is written, but the error listed only .json, .pt or .safetensors.
+  ScratchDir dir;
+  const auto placement = dir.path() / "placement.json";
+  std::ofstream(placement) << R"({"physical_to_logical_map": [[0, 1]]})";
+  const CliRun wrong = run_cli("convert " + quoted(placement) + " " + quoted(dir.path() / "p.pkl"));
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_TRUE(contains(wrong.err,
+                       "unknown extension \".pkl\" (want .json, .pt, .pth or "
+                       ".safetensors)"))
+      << wrong.err;
+  const CliRun pth = run_cli("convert " + quoted(placement) + " " + quoted(dir.path() / "p.pth"));
+  EXPECT_EQ(pth.code, 0) << pth.err;
+  EXPECT_TRUE(io::read_placement(dir.path() / "p.pth").same_maps(io::read_placement(placement)));
+}
+
 TEST(CliInspect, TorchFileListsItsContentsAndSummarisesTheStatistics) {
   ScratchDir dir;
   const auto path = dir.path() / "dump.pt";

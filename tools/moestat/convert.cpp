@@ -2,6 +2,8 @@
 // .safetensors, the input's format read from its contents and the output's from OUT's name.
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <moestat/error.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 
@@ -9,6 +11,17 @@
 
 namespace moestat::cli {
 namespace {
+
+/// Checks OUT's extension before IN is read. The message lists every extension accepted,
+/// .pth included, which io::format_of_extension's own message leaves out.
+void check_out_extension(const std::string& out) {
+  try {
+    io::format_of_extension(out);
+  } catch (const Error&) {
+    MOESTAT_FAIL("{}: unknown extension \"{}\" (want .json, .pt, .pth or .safetensors)", out,
+                 std::filesystem::path(out).extension().string());
+  }
+}
 
 class ConvertCommand final : public Command {
  public:
@@ -18,7 +31,10 @@ class ConvertCommand final : public Command {
         "Convert logical counts, a placement or an expert mask between .json, .pt and "
         ".safetensors");
     sub->add_option("IN", in_, "The file to read (format detected from its contents)")->required();
-    sub->add_option("OUT", out_, "The file to write (format from its extension)")->required();
+    sub->add_option("OUT", out_,
+                    "The file to write, in the format of its extension: .json, .pt or .pth, "
+                    ".safetensors")
+        ->required();
     sub->footer(
         "IN may be a moestat snapshot (its window's logical counts are converted), an SGLang\n"
         "logical_count file or recorder dump (stat, per-pass or per-token), a placement\n"
@@ -33,8 +49,7 @@ class ConvertCommand final : public Command {
   }
 
   int run() override {
-    // Checked first, so a wrong OUT name fails before IN is read.
-    io::format_of_extension(out_);
+    check_out_extension(out_);
     const io::StatisticsFile file = io::read_statistics_file(in_);
     io::write_statistics_file(out_, file);
     fmt::print("wrote {} ({}) from {}\n", out_, io::statistics_kind_name(io::statistics_kind(file)),
