@@ -440,6 +440,20 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
   EXPECT_EQ(nlohmann::json::parse(inspect.out).at("total_assignments"), routed);
 }
 
+TEST(CliDemo, TiedHotExpertHitRatesSayWhy) {
+  // Issue 17: frequency and layer-balanced both printed 49.4% with no word of why.
+  ScratchDir dir;
+  const CliRun run = run_cli("demo --out " + quoted(dir.path() / "out"));
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  EXPECT_TRUE(contains(run.out,
+                       "  frequency (one global top-G): 49.4%\n"
+                       "  layer-balanced:               49.4%\n"
+                       "  (the same mask: frequency already gives every MoE layer 52 to 78 "
+                       "experts, inside layer-balanced's bounds of 0.5x to 2x the even share of "
+                       "64.0)\n"))
+      << run.out;
+}
+
 TEST(CliDemo, DeterministicPerSeed) {
   ScratchDir dir;
   for (const char* name : {"a", "b", "c"}) {

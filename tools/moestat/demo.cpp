@@ -366,6 +366,27 @@ class DemoCommand final : public Command {
         held.layer_balanced_mask.budget);
     line("frequency (one global top-G)", fmt::format("{:.1f}%", 100.0 * held.frequency_hit_rate));
     line("layer-balanced", fmt::format("{:.1f}%", 100.0 * held.layer_balanced_hit_rate));
+    if (fmt::format("{:.1f}", 100.0 * held.frequency_hit_rate) ==
+        fmt::format("{:.1f}", 100.0 * held.layer_balanced_hit_rate)) {
+      fmt::print("  ({})\n", why_hit_rates_tie(held));
+    }
+  }
+
+  /// Two strategies with one figure look like a bug or a copy; say which it is.
+  static std::string why_hit_rates_tie(const HeldOutResults& held) {
+    const plan::HotExpertOptions bounds;
+    if (held.hot_mask_differences == 0) {
+      return fmt::format(
+          "the same mask: frequency already gives every MoE layer {} to {} experts, inside "
+          "layer-balanced's bounds of {}x to {}x the even share of {:.1f}",
+          held.frequency_fewest, held.frequency_most, bounds.min_share, bounds.max_share,
+          held.even_share);
+    }
+    return fmt::format(
+        "the masks differ in {} of {} experts, which serve nearly equal shares of the held-out "
+        "assignments: {:.3f}% and {:.3f}%",
+        held.hot_mask_differences, held.layer_balanced_mask.budget, 100.0 * held.frequency_hit_rate,
+        100.0 * held.layer_balanced_hit_rate);
   }
 
   std::string out_dir_;

@@ -1,5 +1,6 @@
 #include "demo_plan.hpp"
 
+#include <algorithm>
 #include <moestat/error.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/metrics.hpp>
@@ -15,6 +16,23 @@ plan::LoadWindow window_of(const Snapshot& snapshot, std::int64_t first, std::in
       std::span<const std::int64_t>(snapshot.logical_counts)
           .subspan(std::size_t(first) * size, std::size_t(last - first) * size),
       true);
+}
+
+/// Fills the figures that say why the frequency and layer-balanced masks tie when they do.
+void compare_hot_masks(const plan::ExpertLoads& planning, HeldOutResults& out) {
+  const plan::HotExpertMask& a = out.frequency_mask;
+  const plan::HotExpertMask& b = out.layer_balanced_mask;
+  for (std::size_t i = 0; i < a.on_gpu.size(); ++i) {
+    out.hot_mask_differences += a.on_gpu[i] && !b.on_gpu[i] ? 1 : 0;
+  }
+  out.frequency_fewest = planning.num_experts;
+  for (std::int64_t l = 0; l < planning.num_layers; ++l) {
+    if (planning.layer_total(l) <= 0.0) continue;  // a dense layer: all on the GPU, no choice
+    out.frequency_fewest = std::min(out.frequency_fewest, a.layer_count[std::size_t(l)]);
+    out.frequency_most = std::max(out.frequency_most, a.layer_count[std::size_t(l)]);
+  }
+  const std::int64_t moe_layers = plan::num_moe_layers(planning);
+  out.even_share = moe_layers > 0 ? double(a.budget) / double(moe_layers) : 0.0;
 }
 
 }  // namespace
@@ -62,6 +80,7 @@ HeldOutResults plan_and_evaluate(const Snapshot& snapshot, const workload::Prese
       planning_total, budget, {.strategy = plan::HotExpertStrategy::kLayerBalanced});
   out.frequency_hit_rate = plan::hot_expert_hit_rate(held_out, out.frequency_mask.on_gpu);
   out.layer_balanced_hit_rate = plan::hot_expert_hit_rate(held_out, out.layer_balanced_mask.on_gpu);
+  compare_hot_masks(planning_total, out);
   return out;
 }
 

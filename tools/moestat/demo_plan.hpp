@@ -31,6 +31,12 @@ struct HeldOutResults {
   plan::HotExpertMask frequency_mask, layer_balanced_mask;
   double frequency_hit_rate = 0.0;
   double layer_balanced_hit_rate = 0.0;
+  /// Why the two hit rates tie when they do: the experts on the GPU in one mask and not the
+  /// other (0: one mask), and the fewest and most experts frequency's mask gives a MoE layer
+  /// against the even share G / M that layer-balanced bounds each layer around.
+  std::int64_t hot_mask_differences = 0;
+  std::int64_t frequency_fewest = 0, frequency_most = 0;
+  double even_share = 0.0;
 };
 
 /// Plans on the first half of `snapshot`'s window (at least one pass) and evaluates on the
