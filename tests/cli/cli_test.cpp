@@ -119,6 +119,59 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+TEST(Cli, HelpWithUnexpectedWordsIsAUsageError) {
+  // Issue 17: these printed the top-level help and exited 0, hiding the mistake.
+  for (const auto& [args, word] :
+       {std::pair<std::string, std::string>("advise --help", "advise"),
+        std::pair<std::string, std::string>("--bogus --help", "--bogus"),
+        std::pair<std::string, std::string>("plan --bogus --help", "--bogus"),
+        std::pair<std::string, std::string>("report a.json extra --help", "extra"),
+        std::pair<std::string, std::string>("help plan --bogus", "--bogus")}) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 2) << run.out << run.err;
+    EXPECT_TRUE(contains(run.err, "not expected: " + word)) << run.err;
+    EXPECT_TRUE(run.out.empty()) << run.out;
+  }
+}
+
+TEST(Cli, HelpCommandPrintsTheSameHelpAsTheFlag) {
+  const CliRun help = run_cli("help");
+  EXPECT_EQ(help.code, 0) << help.err;
+  EXPECT_EQ(help.out, run_cli("--help").out);
+  EXPECT_TRUE(has_line(help.out, "  help ", "Print this help")) << help.out;
+  for (const char* name : {"plan", "report", "help"}) {
+    SCOPED_TRACE(name);
+    const CliRun command = run_cli(std::string("help ") + name);
+    EXPECT_EQ(command.code, 0) << command.err;
+    EXPECT_TRUE(contains(command.out, std::string("Usage: moestat ") + name)) << command.out;
+    EXPECT_EQ(command.out, run_cli(std::string(name) + " --help").out);
+  }
+  const CliRun unknown = run_cli("help advise");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_TRUE(contains(unknown.err, "no command advise (the commands are demo, inspect,"))
+      << unknown.err;
+}
+
+TEST(Cli, FileArgumentsNameEveryFormatTheyRead) {
+  // Issue 17: "JSON file" where .pt and .safetensors are read too.
+  for (const auto& [command, option] :
+       {std::pair<std::string, std::string>("report", "FILE"),
+        std::pair<std::string, std::string>("report", "--placement"),
+        std::pair<std::string, std::string>("plan", "--stats"),
+        std::pair<std::string, std::string>("plan", "--previous"),
+        std::pair<std::string, std::string>("eval", "--placement")}) {
+    SCOPED_TRACE(command + " " + option);
+    const std::string help = run_cli(command + " --help").out;
+    const std::size_t at = help.find("  " + option + " ");
+    ASSERT_NE(at, std::string::npos) << help;
+    // The option's description: up to the next option.
+    const std::string text = help.substr(at, help.find("\n  -", at + 1) - at);
+    EXPECT_TRUE(contains(text, ".pt")) << text;
+    EXPECT_TRUE(contains(text, ".safetensors")) << text;
+  }
+}
+
 // ---- inspect ----
 
 /// A stat snapshot: 2 passes, 3 layers (layer 1 dense, so empty), E = 4, P = 5, top-2.

@@ -6,6 +6,7 @@
 #include <moestat/error.hpp>
 #include <moestat/io/output_file.hpp>
 #include <new>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -35,6 +36,22 @@ void remove_temporaries_on_signals() {
   }
 }
 
+/// The exit code for a parse that ended in `error`, once it is printed. CLI11 answers
+/// --help when every word has been read but before it refuses the words it did not expect:
+/// alone, `moestat advise --help` and `moestat plan --bogus --help` would print a help and
+/// succeed, hiding the mistake. Those words are a usage error, --help or not.
+int exit_after_parse_error(CLI::App& app, const CLI::ParseError& error) {
+  const bool asks_for_help = dynamic_cast<const CLI::CallForHelp*>(&error) != nullptr ||
+                             dynamic_cast<const CLI::CallForAllHelp*>(&error) != nullptr;
+  const std::vector<std::string> unexpected = app.remaining(true);
+  if (asks_for_help && !unexpected.empty()) {
+    app.exit(CLI::ExtrasError(unexpected));
+    return moestat::cli::kExitUsageError;
+  }
+  // Every real parse error is a usage error (2), whatever CLI11's own code for it.
+  return app.exit(error) == 0 ? moestat::cli::kExitOk : moestat::cli::kExitUsageError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,13 +64,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "moestat " MOESTAT_VERSION, "Print the version and exit");
   // At most one; "none" is reported below, so that an unknown word is reported as such.
   app.require_subcommand(0, 1);
-  app.footer("Run 'moestat COMMAND --help' for a command's options and an example.");
+  app.footer(
+      "Run 'moestat help COMMAND' or 'moestat COMMAND --help' for a command's options and an "
+      "example.");
 
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
                     moestat::cli::make_convert_command, moestat::cli::make_plan_command,
                     moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command,
-                    moestat::cli::make_report_command, moestat::cli::make_merge_command}) {
+                    moestat::cli::make_report_command, moestat::cli::make_merge_command,
+                    moestat::cli::make_help_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -71,10 +91,7 @@ int main(int argc, char** argv) {
     }
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
-    // --help and --version arrive here too, with exit code 0; every real parse error is a
-    // usage error (2), whatever CLI11's own code for it.
-    const int code = app.exit(error);
-    return code == 0 ? moestat::cli::kExitOk : moestat::cli::kExitUsageError;
+    return exit_after_parse_error(app, error);
   }
 
   try {
@@ -102,6 +119,6 @@ int main(int argc, char** argv) {
   }
   fmt::print(stderr,
              "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts, "
-             "report, merge)\nRun with --help for more information.\n");
+             "report, merge, help)\nRun with --help for more information.\n");
   return moestat::cli::kExitUsageError;
 }
