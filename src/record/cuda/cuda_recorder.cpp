@@ -33,6 +33,49 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
+/// Whether `status` from cudaGetDeviceCount means there is no driver or no GPU to use (as on a
+/// machine without a GPU, or with a driver older than the runtime), rather than a failure.
+bool means_no_usable_gpu(cudaError_t status) {
+  switch (status) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemNotReady:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Checks that this machine has a CUDA driver and a GPU, and `device` (-1: the current one)
+/// among them, before any other CUDA call: without them the first call would fail with a
+/// runtime error name ("cudaGetDevice(&device) failed: cudaErrorInsufficientDriver") that
+/// does not say what to do.
+void require_usable_device(int device) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky, but leave no error behind for later calls
+    if (means_no_usable_gpu(status)) {
+      MOESTAT_FAIL(
+          "CudaRecorder: no usable CUDA driver or GPU on this machine ({}: {}); record with "
+          "CpuRecorder, or run where a GPU is",
+          cudaGetErrorName(status), cudaGetErrorString(status));
+    }
+    cuda::throw_cuda_error("cudaGetDeviceCount(&count)", status, __FILE__, __LINE__);
+  }
+  MOESTAT_CHECK(count > 0,
+                "CudaRecorder: no CUDA GPU on this machine; record with CpuRecorder, or run "
+                "where a GPU is");
+  MOESTAT_CHECK(device < count, "CudaRecorder: device {} does not exist; this machine has {}",
+                device,
+                count == 1 ? std::string("1 CUDA GPU (device 0)")
+                           : fmt::format("{} CUDA GPUs (devices 0 to {})", count, count - 1));
+}
+
 template <typename T>
 T* device_alloc(std::int64_t count) {
   void* pointer = nullptr;
@@ -120,6 +163,7 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   MOESTAT_CHECK(!collected || cuda_options_.pass_ring_size > 0,
                 "CudaOptions: pass_ring_size must be positive, got {}",
                 cuda_options_.pass_ring_size);
+  require_usable_device(device);
   if (device < 0) MOESTAT_CUDA_CHECK(cudaGetDevice(&device));
   device_ = device;
   DeviceGuard guard(device_);
