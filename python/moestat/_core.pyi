@@ -213,6 +213,11 @@ class Recorder:
     def end_pass(self) -> None:
         """Closes the pass and commits it."""
 
+    def abort_pass(self) -> None:
+        """
+        Closes the pass without committing it: what it counted is discarded (a forward that failed part-way). Eager passes only.
+        """
+
     def start(self) -> None:
         """Clears everything and records from the next pass."""
 
@@ -249,9 +254,9 @@ class CudaRecorder(Recorder):
     The recorder for CUDA arrays: every buffer is allocated here, hooks only enqueue kernels on the stream given to set_stream, so they can be captured in a CUDA graph.
     """
 
-    def __init__(self, topology: ModelTopology, *, mode: str = 'stat', window_size: int = 1000, decay: float = 0.95, per_token_capacity: int = 16384, device: int = -1, trace_path: str | os.PathLike = ..., max_tokens_per_pass: int = 8192) -> None:
+    def __init__(self, topology: ModelTopology, *, mode: str = 'stat', window_size: int = 1000, decay: float = 0.95, per_token_capacity: int = 16384, device: int = -1, trace_path: str | os.PathLike | None = None, max_tokens_per_pass: int = 8192) -> None:
         """
-        device -1 is the current device; per_token mode drains into trace_path.
+        device -1 is the current device; per_token mode drains into trace_path (required there).
         """
 
     def set_stream(self, stream: int) -> None:
@@ -316,7 +321,7 @@ def write_placement(path: str | os.PathLike, placement: Placement) -> None:
     Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's --init-expert-location reads. Atomic.
     """
 
-def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike = ...) -> pathlib.Path:
+def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike | None = None) -> pathlib.Path:
     """
-    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). Returns the path.
+    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). Returns the path.
     """

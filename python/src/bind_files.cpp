@@ -9,6 +9,7 @@
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
 
+#include "arguments.hpp"
 #include "arrays.hpp"
 #include "bindings.hpp"
 
@@ -46,16 +47,19 @@ io::LogicalCounts counts_of(const AnyArray& array) {
 void bind_files(nb::module_& module) {
   module.def(
       "file_format",
-      [](const std::filesystem::path& path) {
-        return std::string(io::file_format_name(io::detect_file_format(path)));
+      [](nb::handle path) {
+        const std::filesystem::path file = path_argument(path, "file_format", "path");
+        return std::string(io::file_format_name(io::detect_file_format(file)));
       },
-      "path"_a, "'json', 'pt', 'safetensors' or 'trace', from the file's first bytes.");
+      "path"_a.none(), nb::sig("def file_format(path: str | os.PathLike) -> str"),
+      "'json', 'pt', 'safetensors' or 'trace', from the file's first bytes.");
   module.def(
       "read_logical_counts",
-      [](const std::filesystem::path& path) {
+      [](nb::handle path) {
+        const std::filesystem::path file = path_argument(path, "read_logical_counts", "path");
         io::LogicalCounts counts = [&] {
           nb::gil_scoped_release unlocked;
-          return io::read_logical_counts(path);
+          return io::read_logical_counts(file);
         }();
         if (!counts.has_window_axis) {
           return to_numpy(std::move(counts.counts),
@@ -65,39 +69,81 @@ void bind_files(nb::module_& module) {
             std::move(counts.counts),
             {size(counts.window_size), size(counts.num_layers), size(counts.num_experts)});
       },
-      "path"_a,
+      "path"_a.none(), nb::sig("def read_logical_counts(path: str | os.PathLike) -> object"),
       "Logical counts as int64 [passes, layers, experts] ([layers, experts] when the file "
       "has no pass axis) from an SGLang stat, per-pass or per-token dump (.pt), a moestat "
       "snapshot or {'logical_count'} JSON, or a .safetensors file. Raises moestat.Error "
       "naming the file and the problem.");
   module.def(
       "write_logical_counts",
-      [](const std::filesystem::path& path, const AnyArray& counts) {
-        const io::LogicalCounts value = counts_of(counts);
+      [](nb::handle path, nb::handle counts) {
+        constexpr const char* kFunction = "write_logical_counts";
+        const std::filesystem::path file = path_argument(path, kFunction, "path");
+        const io::LogicalCounts value =
+            counts_of(array_argument(counts, kFunction, "counts",
+                                     "of [layers, experts] or [passes, layers, experts] counts"));
         nb::gil_scoped_release unlocked;
-        io::write_logical_counts(path, value);
+        io::write_logical_counts(file, value);
       },
-      "path"_a, "counts"_a,
+      "path"_a.none(), "counts"_a.none(),
+      nb::sig("def write_logical_counts(path: str | os.PathLike, counts: " MOESTAT_STUB_ARRAY
+              ") -> None"),
       "Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an "
       "SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.");
-  module.def("read_placement", &io::read_placement, "path"_a, "num_logical_experts"_a = 0,
-             "version"_a = 0, nb::call_guard<nb::gil_scoped_release>(),
-             "A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors.");
-  module.def("write_placement", &io::write_placement, "path"_a, "placement"_a,
-             nb::call_guard<nb::gil_scoped_release>(),
-             "Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's "
-             "--init-expert-location reads. Atomic.");
+  module.def(
+      "read_placement",
+      [](nb::handle path, nb::handle num_logical_experts, nb::handle version) {
+        constexpr const char* kFunction = "read_placement";
+        const std::filesystem::path file = path_argument(path, kFunction, "path");
+        const auto experts =
+            integer_argument<std::int64_t>(num_logical_experts, kFunction, "num_logical_experts");
+        const auto placement_version =
+            integer_argument<std::uint64_t>(version, kFunction, "version");
+        nb::gil_scoped_release unlocked;
+        return io::read_placement(file, experts, placement_version);
+      },
+      "path"_a.none(), "num_logical_experts"_a.none() = 0, "version"_a.none() = 0,
+      nb::sig("def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, "
+              "version: int = 0) -> moestat._core.Placement"),
+      "A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors.");
+  module.def(
+      "write_placement",
+      [](nb::handle path, nb::handle placement) {
+        constexpr const char* kFunction = "write_placement";
+        const std::filesystem::path file = path_argument(path, kFunction, "path");
+        const Placement& value =
+            instance_argument<Placement>(placement, kFunction, "placement", "a moestat.Placement");
+        nb::gil_scoped_release unlocked;
+        io::write_placement(file, value);
+      },
+      "path"_a.none(), "placement"_a.none(),
+      nb::sig("def write_placement(path: str | os.PathLike, placement: moestat._core.Placement) -> "
+              "None"),
+      "Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's "
+      "--init-expert-location reads. Atomic.");
   module.def(
       "write_sglang_dump",
-      [](const Snapshot& snapshot, const Placement& placement, std::int64_t rank,
-         const std::filesystem::path& directory) {
-        return io::write_sglang_dump(snapshot, placement, rank, directory);
+      [](nb::handle snapshot, nb::handle placement, nb::handle rank, nb::handle directory) {
+        constexpr const char* kFunction = "write_sglang_dump";
+        const Snapshot& snapshot_value =
+            instance_argument<Snapshot>(snapshot, kFunction, "snapshot", "a moestat.Snapshot");
+        const Placement& placement_value =
+            instance_argument<Placement>(placement, kFunction, "placement", "a moestat.Placement");
+        const auto rank_value = integer_argument<std::int64_t>(rank, kFunction, "rank");
+        const std::filesystem::path directory_path =
+            directory.is_none() ? std::filesystem::path()
+                                : path_argument(directory, kFunction, "directory");
+        nb::gil_scoped_release unlocked;
+        return io::write_sglang_dump(snapshot_value, placement_value, rank_value, directory_path);
       },
-      "snapshot"_a, "placement"_a, "rank"_a = 0, "directory"_a = std::filesystem::path(),
-      nb::call_guard<nb::gil_scoped_release>(),
+      "snapshot"_a.none(), "placement"_a.none(), "rank"_a.none() = 0,
+      "directory"_a.none() = nb::none(),
+      nb::sig("def write_sglang_dump(snapshot: moestat._core.Snapshot, placement: "
+              "moestat._core.Placement, rank: int = 0, "
+              "directory: str | os.PathLike | None = None) -> pathlib.Path"),
       "Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and "
-      "placed as SGLang names it (directory: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else "
-      "/tmp). Returns the path.");
+      "placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, "
+      "else /tmp). Returns the path.");
 }
 
 }  // namespace moestat::python

@@ -11,6 +11,7 @@
 #include <moestat/snapshot.hpp>
 #include <moestat/topology.hpp>
 
+#include "arguments.hpp"
 #include "arrays.hpp"
 #include "bindings.hpp"
 
@@ -27,27 +28,70 @@ std::vector<T> to_vector(std::span<const T> values) {
   return {values.begin(), values.end()};
 }
 
-ModelTopology make_topology(std::int64_t num_layers, std::int64_t num_logical_experts,
-                            std::int64_t top_k, std::optional<std::int64_t> num_physical_experts,
-                            std::optional<std::vector<bool>> moe_layers, std::int64_t ep_size,
-                            std::int64_t num_nodes, std::int64_t num_groups,
-                            std::int64_t num_shared_expert_slots) {
+constexpr const char* kTopology = "ModelTopology";
+
+std::optional<std::int64_t> optional_int_argument(nb::handle value, const char* function,
+                                                  const char* argument) {
+  if (value.is_none()) return std::nullopt;
+  return integer_argument<std::int64_t>(value, function, argument);
+}
+
+/// moe_layers: None (every layer), or a sequence of bools (numpy's too, as in a bool array).
+std::vector<bool> moe_layers_argument(nb::handle value, std::int64_t num_layers) {
+  std::vector<bool> out;
+  if (value.is_none()) return std::vector<bool>(num_layers > 0 ? size(num_layers) : 0, true);
+  if (nb::try_cast(value, out)) return out;
+  if (!PySequence_Check(value.ptr()) || nb::isinstance<nb::str>(value) ||
+      nb::isinstance<nb::bytes>(value)) {
+    raise_argument_type(kTopology, "moe_layers", "None or a sequence of bools, one per layer",
+                        value);
+  }
+  const nb::sequence items = nb::borrow<nb::sequence>(value);
+  const std::size_t count = nb::len(items);
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const nb::object item = items[i];
+    const std::string type = python_type_name(item);
+    if (item.ptr() != Py_True && item.ptr() != Py_False && type != "numpy.bool" &&
+        type != "numpy.bool_") {
+      raise_argument_type(kTopology, fmt::format("moe_layers[{}]", i).c_str(), "a bool", item);
+    }
+    out.push_back(PyObject_IsTrue(item.ptr()) == 1);
+  }
+  return out;
+}
+
+ModelTopology make_topology(nb::handle num_layers, nb::handle num_logical_experts, nb::handle top_k,
+                            nb::handle num_physical_experts, nb::handle moe_layers,
+                            nb::handle ep_size, nb::handle num_nodes, nb::handle num_groups,
+                            nb::handle num_shared_expert_slots) {
   ModelTopology topology;
-  topology.num_layers = num_layers;
-  topology.num_logical_experts = num_logical_experts;
-  topology.num_physical_experts = num_physical_experts.value_or(num_logical_experts);
-  topology.top_k = top_k;
-  topology.moe_layers = moe_layers.value_or(std::vector<bool>(size(num_layers), true));
-  topology.ep_size = ep_size;
-  topology.num_nodes = num_nodes;
-  topology.num_groups = num_groups;
-  topology.num_shared_expert_slots = num_shared_expert_slots;
+  topology.num_layers = integer_argument<std::int64_t>(num_layers, kTopology, "num_layers");
+  topology.num_logical_experts =
+      integer_argument<std::int64_t>(num_logical_experts, kTopology, "num_logical_experts");
+  topology.num_physical_experts =
+      optional_int_argument(num_physical_experts, kTopology, "num_physical_experts")
+          .value_or(topology.num_logical_experts);
+  topology.top_k = integer_argument<std::int64_t>(top_k, kTopology, "top_k");
+  topology.moe_layers = moe_layers_argument(moe_layers, topology.num_layers);
+  topology.ep_size = integer_argument<std::int64_t>(ep_size, kTopology, "ep_size");
+  topology.num_nodes = integer_argument<std::int64_t>(num_nodes, kTopology, "num_nodes");
+  topology.num_groups = integer_argument<std::int64_t>(num_groups, kTopology, "num_groups");
+  topology.num_shared_expert_slots =
+      integer_argument<std::int64_t>(num_shared_expert_slots, kTopology, "num_shared_expert_slots");
   topology.validate();
   return topology;
 }
 
-Placement make_placement(const AnyArray& physical_to_logical, std::int64_t num_logical_experts,
-                         std::uint64_t version) {
+Placement make_placement(nb::handle physical_to_logical_argument,
+                         nb::handle num_logical_experts_argument, nb::handle version_argument) {
+  constexpr const char* kPlacement = "Placement";
+  const AnyArray physical_to_logical =
+      array_argument(physical_to_logical_argument, kPlacement, "physical_to_logical",
+                     "of integer expert ids, [layers, slots]");
+  std::int64_t num_logical_experts = integer_argument<std::int64_t>(
+      num_logical_experts_argument, kPlacement, "num_logical_experts");
+  const auto version = integer_argument<std::uint64_t>(version_argument, kPlacement, "version");
   std::vector<std::int64_t> shape;
   const auto values = doubles_of(physical_to_logical, "physical_to_logical", shape);
   MOESTAT_CHECK(shape.size() == 2, "physical_to_logical: expected [layers, slots], got {} axes",
@@ -74,11 +118,27 @@ void bind_model(nb::module_& module) {
   nb::class_<ModelTopology>(module, "ModelTopology",
                             "Layers, experts and expert-parallel ranks of an MoE model. Layers "
                             "count every decoder layer, dense ones included.")
-      .def(nb::new_(&make_topology), "num_layers"_a, "num_logical_experts"_a, "top_k"_a,
-           nb::kw_only(), "num_physical_experts"_a = nb::none(), "moe_layers"_a = nb::none(),
-           "ep_size"_a = 1, "num_nodes"_a = 1, "num_groups"_a = 1, "num_shared_expert_slots"_a = 0,
-           "num_physical_experts defaults to num_logical_experts and moe_layers to every "
-           "layer. Raises moestat.Error naming the first inconsistent field.")
+      .def(
+          "__init__",
+          [](ModelTopology* self, nb::handle num_layers, nb::handle num_logical_experts,
+             nb::handle top_k, nb::handle num_physical_experts, nb::handle moe_layers,
+             nb::handle ep_size, nb::handle num_nodes, nb::handle num_groups,
+             nb::handle num_shared_expert_slots) {
+            new (self) ModelTopology(make_topology(num_layers, num_logical_experts, top_k,
+                                                   num_physical_experts, moe_layers, ep_size,
+                                                   num_nodes, num_groups, num_shared_expert_slots));
+          },
+          "num_layers"_a.none(), "num_logical_experts"_a.none(), "top_k"_a.none(), nb::kw_only(),
+          "num_physical_experts"_a.none() = nb::none(), "moe_layers"_a.none() = nb::none(),
+          "ep_size"_a.none() = 1, "num_nodes"_a.none() = 1, "num_groups"_a.none() = 1,
+          "num_shared_expert_slots"_a.none() = 0,
+          nb::sig("def __init__(self, num_layers: int, num_logical_experts: int, top_k: int, *, "
+                  "num_physical_experts: int | None = None, moe_layers: "
+                  "collections.abc.Sequence[bool] | None = "
+                  "None, ep_size: int = 1, num_nodes: int = 1, num_groups: int = 1, "
+                  "num_shared_expert_slots: int = 0) -> None"),
+          "num_physical_experts defaults to num_logical_experts and moe_layers to every "
+          "layer. Raises moestat.Error naming the first inconsistent field.")
       .def_static("uniform", &ModelTopology::uniform, "num_layers"_a, "num_experts"_a, "top_k"_a,
                   "Every layer MoE, no replicas, one rank.")
       .def_ro("num_layers", &ModelTopology::num_layers)
@@ -103,10 +163,18 @@ void bind_model(nb::module_& module) {
   nb::class_<Placement>(module, "Placement",
                         "Which logical expert each physical slot holds, per layer "
                         "(SGLang's physical_to_logical_map).")
-      .def(nb::new_(&make_placement), "physical_to_logical"_a, "num_logical_experts"_a = 0,
-           "version"_a = 0,
-           "physical_to_logical: [layers, slots] integer array. num_logical_experts 0 takes "
-           "the largest id + 1. Raises moestat.Error unless every layer holds every expert.")
+      .def(
+          "__init__",
+          [](Placement* self, nb::handle physical_to_logical, nb::handle num_logical_experts,
+             nb::handle version) {
+            new (self) Placement(make_placement(physical_to_logical, num_logical_experts, version));
+          },
+          "physical_to_logical"_a.none(), "num_logical_experts"_a.none() = 0,
+          "version"_a.none() = 0,
+          nb::sig("def __init__(self, physical_to_logical: " MOESTAT_STUB_ARRAY
+                  ", num_logical_experts: int = 0, version: int = 0) -> None"),
+          "physical_to_logical: [layers, slots] integer array. num_logical_experts 0 takes "
+          "the largest id + 1. Raises moestat.Error unless every layer holds every expert.")
       .def_static("trivial", &Placement::trivial, "num_layers"_a, "num_physical_experts"_a,
                   "num_logical_experts"_a, "version"_a = 0,
                   "Slot p holds expert p % num_logical_experts in every layer.")
