@@ -1,8 +1,10 @@
 // Writes the seed corpora of the fuzz targets with moestat's own writers:
 // `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,trace}/ with small valid files.
 // (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
-// The pt corpus also holds the bare pickles of its files, for the unpickler.
+// The pt corpus also holds the bare pickles of its files, for the unpickler, and every corpus
+// the reproductions of the hostile-input findings of issue 14.
 #include <cstdio>
+#include <moestat/io/json.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
@@ -31,6 +33,45 @@ Snapshot recorded(RecordMode mode) {
     recorder.end_pass();
   }
   return recorder.snapshot();
+}
+
+/// The reproductions of hostile-input findings, scaled down (each finding is about the ratio
+/// of what a reader spends to the file's size): the pickle arena, declared sizes, overflowing
+/// counts, many keys, terminal escapes, ambiguous duplicates and damaged headers.
+void write_hostile_seeds(const std::filesystem::path& dir) {
+  // Pickles: a run of EMPTY_LIST and a run of MEMOIZE; a dict that sets one key twice.
+  io::write_file_atomically(dir / "pt" / "empty_lists.pkl",
+                            "\x80\x02" + std::string(100000, ']') + ".");
+  io::write_file_atomically(dir / "pt" / "memoize.pkl",
+                            "\x80\x04]" + std::string(100000, '\x94') + ".");
+  io::write_file_atomically(
+      dir / "pt" / "duplicate_key.pkl",
+      // (Each string literal ends before a hex digit would extend its \x escape.)
+      std::string("\x80\x02}(X\x01\x00\x00\x00"
+                  "aK\x01X\x01\x00\x00\x00"
+                  "aK\x02u.",
+                  22));
+  // JSON: ten million declared layers and an empty window; counts that overflow int64 when
+  // summed; ten thousand keys; a key that would clear a terminal.
+  std::string layers = io::snapshot_to_json(recorded(RecordMode::kStat));
+  for (const std::string declared : {"\"num_layers\": 3", "\"num_layers\":3"}) {
+    if (const auto at = layers.find(declared); at != std::string::npos) {
+      layers.replace(at, declared.size(), "\"num_layers\":10000000");
+    }
+  }
+  io::write_file_atomically(dir / "json" / "declared_layers.json", layers);
+  io::write_file_atomically(
+      dir / "json" / "overflow.json",
+      R"({"logical_count": [[9223372036854775807, 9223372036854775807], [2, 3]]})");
+  std::string keys = "{";
+  for (int key = 0; key < 10000; ++key)
+    keys += (key ? ",\"k" : "\"k") + std::to_string(key) + "\":1";
+  io::write_file_atomically(dir / "json" / "many_keys.json", keys + "}");
+  io::write_file_atomically(dir / "json" / "escape.json",
+                            "{\"\x1b[2J\x1b]0;pwned\x07\": [[1, 2]]}");
+  // safetensors: a header length past the end of the file.
+  io::write_file_atomically(dir / "safetensors" / "long_header.safetensors",
+                            std::string("\xff\xff\xff\x00\x00\x00\x00\x00{}", 10));
 }
 
 }  // namespace
@@ -83,14 +124,20 @@ int main(int argc, char** argv) {
       io::write_file_atomically(dir / "json" / (std::string(record_mode_name(mode)) + ".json"),
                                 io::snapshot_to_json(recorded(mode)));
     }
-    // A trace of three chunks.
-    io::TraceWriter trace(
-        dir / "trace" / "trace.bin",
-        {.num_layers = 2, .num_logical_experts = 3, .num_physical_experts = 4, .top_k = 2});
-    const std::vector<std::int32_t> ids = {0, 1, 2, 3, -1, 0, 3, 3};
-    trace.append(0, 0, ids);
-    trace.append(1, 1, std::span(ids).first(4));
-    trace.append(2, 1, std::span<const std::int32_t>());
+    {  // A trace of three chunks, complete once the writer is gone.
+      io::TraceWriter trace(
+          dir / "trace" / "trace.bin",
+          {.num_layers = 2, .num_logical_experts = 3, .num_physical_experts = 4, .top_k = 2});
+      const std::vector<std::int32_t> ids = {0, 1, 2, 3, -1, 0, 3, 3};
+      trace.append(0, 0, ids);
+      trace.append(1, 1, std::span(ids).first(4));
+      trace.append(2, 1, std::span<const std::int32_t>());
+    }
+    // The same trace with a damaged magic.
+    std::string damaged = io::read_text_file(dir / "trace" / "trace.bin");
+    damaged[0] = char(damaged[0] ^ 0x20);
+    io::write_file_atomically(dir / "trace" / "bad_magic.bin", damaged);
+    write_hostile_seeds(dir);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "make_fuzz_seeds: %s\n", error.what());
     return 1;
