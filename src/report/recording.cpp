@@ -125,11 +125,12 @@ Recording load(const std::filesystem::path& path) {
 }  // namespace
 
 Recording load_recording(const std::filesystem::path& path) {
-  // Errors of a summary (a sum that overflows int64) name the file, as the readers' do.
+  // Errors of a summary (a sum that overflows int64) name the file, as the readers' do
+  // ("cannot read FILE: ..." and "FILE: ..." name it already).
   try {
     return load(path);
   } catch (const Error& error) {
-    if (error.message().starts_with(printable(path.string()))) throw;
+    if (error.message().find(printable(path.string())) != std::string::npos) throw;
     MOESTAT_FAIL("{}: {}", path.string(), error.message());
   }
 }

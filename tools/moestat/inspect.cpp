@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <moestat/checked_math.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
+#include <moestat/printable.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -66,8 +68,10 @@ std::vector<double> to_double(const std::vector<std::int64_t>& values) {
   return {values.begin(), values.end()};
 }
 
-std::int64_t sum(const std::vector<std::int64_t>& values) {
-  return std::accumulate(values.begin(), values.end(), std::int64_t{0});
+/// Totals from LogicalCounts::totals and Snapshot::logical_totals always sum (their grand
+/// total is checked); token counts per pass are checked here.
+std::int64_t sum(const std::vector<std::int64_t>& values, std::string_view what) {
+  return checked_sum(values, what);
 }
 
 /// A load as text: integers without decimals, decayed loads with two.
@@ -156,6 +160,18 @@ class InspectCommand final : public Command {
   }
 
   int run() override {
+    // A summary's own errors (a sum that overflows) name the file, as the readers' do
+    // ("cannot read FILE: ..." and "FILE: ..." name it already).
+    try {
+      return summarise();
+    } catch (const Error& error) {
+      if (error.message().find(printable(path_)) != std::string::npos) throw;
+      MOESTAT_FAIL("{}: {}", path_, error.message());
+    }
+  }
+
+ private:
+  int summarise() {
     const io::FileFormat format = io::detect_file_format(path_);
     Json out = Json::object();
     out["file"] = path_;
@@ -176,13 +192,15 @@ class InspectCommand final : public Command {
       case io::FileFormat::kSafetensors: {
         std::vector<std::pair<std::string, std::string>> lines;
         const io::SafetensorsFile file = io::read_safetensors_file(path_);
+        // Names and metadata are the file's bytes: escaped, as .pt keys are.
         for (const auto& [key, value] : file.metadata) {
-          lines.emplace_back("__metadata__[\"" + key + "\"]", "str \"" + value + "\"");
+          lines.emplace_back("__metadata__[\"" + printable(key) + "\"]",
+                             "str \"" + printable(value) + "\"");
         }
         // The first lines only, as for .pt files: a header may name 100,000 tensors.
         for (const auto& [name, tensor] : file.tensors) {
           if (lines.size() == kMaxContentLines) break;
-          lines.emplace_back(name, describe(tensor));
+          lines.emplace_back(printable(name), describe(tensor));
         }
         inspect_statistics(out);
         inspect_contents(lines, out);
@@ -193,7 +211,6 @@ class InspectCommand final : public Command {
     return kExitOk;
   }
 
- private:
   void inspect(const Snapshot& s, Json& out) const {
     const bool decayed = s.mode == RecordMode::kDecayed;
     const bool per_token = s.mode == RecordMode::kPerToken;
@@ -205,10 +222,10 @@ class InspectCommand final : public Command {
     const std::vector<LayerLoad> layers =
         loads.empty() ? std::vector<LayerLoad>{}
                       : layer_loads(loads, s.num_layers, s.num_logical_experts, num_hottest_);
-    const std::int64_t valid_tokens = sum(s.pass_num_tokens);
+    const std::int64_t valid_tokens = sum(s.pass_num_tokens, "the sum of pass_num_tokens");
     const std::set<std::uint64_t> versions(s.placement_versions.begin(),
                                            s.placement_versions.end());
-    const std::int64_t assignments = sum(totals);
+    const std::int64_t assignments = sum(totals, "the sum of the logical counts");
     const double decayed_total =
         std::accumulate(s.decayed_logical_load.begin(), s.decayed_logical_load.end(), 0.0);
 
@@ -230,7 +247,7 @@ class InspectCommand final : public Command {
     out["layers"] = layers_json(layers, !decayed);
     if (json_) return;
 
-    fmt::print("file:        {}\n", path_);
+    fmt::print("file:        {}\n", printable(path_));
     fmt::print("kind:        moestat snapshot, mode {}{}\n", record_mode_name(s.mode),
                s.approximate ? " (approximate: DeepEP normal-dispatch counts)" : "");
     if (per_token) {
@@ -273,11 +290,11 @@ class InspectCommand final : public Command {
     out["window_size"] = counts.window_size;
     out["num_layers"] = counts.num_layers;
     out["num_experts"] = counts.num_experts;
-    out["total_assignments"] = sum(totals);
+    out["total_assignments"] = sum(totals, "the sum of logical_count");
     out["layers"] = layers_json(layers, true);
     if (json_) return;
 
-    fmt::print("file:        {}\n", path_);
+    fmt::print("file:        {}\n", printable(path_));
     fmt::print("kind:        SGLang logical_count, {}\n",
                counts.has_window_axis ? "[passes][layers][experts]" : "[layers][experts]");
     if (counts.has_window_axis) {
@@ -286,7 +303,7 @@ class InspectCommand final : public Command {
     } else {
       fmt::print("shape:       {} layers x {} experts\n", counts.num_layers, counts.num_experts);
     }
-    fmt::print("assignments: {} (sum of counts)\n", sum(totals));
+    fmt::print("assignments: {} (sum of counts)\n", out["total_assignments"].get<std::int64_t>());
     print_layer_table(layers, true, all_layers_);
   }
 
@@ -336,7 +353,7 @@ class InspectCommand final : public Command {
     out["layers"] = std::move(layers);
     if (json_) return;
 
-    fmt::print("file:        {}\n", path_);
+    fmt::print("file:        {}\n", printable(path_));
     fmt::print("kind:        placement (physical_to_logical_map)\n");
     fmt::print("shape:       {} layers x {} physical slots holding {} logical experts\n",
                num_layers, num_physical, num_logical);
@@ -411,7 +428,7 @@ class InspectCommand final : public Command {
       out["kind"] = "other";
       out["not_statistics"] = error.message();
       if (!json_) {
-        fmt::print("file:        {}\n", path_);
+        fmt::print("file:        {}\n", printable(path_));
         fmt::print("kind:        no moestat statistics ({})\n", error.message());
       }
       return;
@@ -444,7 +461,7 @@ class InspectCommand final : public Command {
     out["experts_on_gpu"] = total;
     out["layers"] = std::move(layers);
     if (json_) return;
-    fmt::print("file:        {}\n", path_);
+    fmt::print("file:        {}\n", printable(path_));
     fmt::print("kind:        GPU expert mask (gpu_experts_masks)\n");
     fmt::print("shape:       {} layers x {} experts\n", mask.num_layers, mask.num_experts);
     fmt::print("on GPU:      {} of {} experts ({} to {} per layer)\n", total,
@@ -465,7 +482,7 @@ class InspectCommand final : public Command {
     out["truncated"] = trace.truncated;
     out["placement_versions"] = versions;
     if (json_) return;
-    fmt::print("file:        {}\n", path_);
+    fmt::print("file:        {}\n", printable(path_));
     fmt::print("kind:        per-token trace\n");
     fmt::print("shape:       {} layers x top-{} physical ids; {} logical experts ({} physical)\n",
                h.num_layers, h.top_k, h.num_logical_experts, h.num_physical_experts);

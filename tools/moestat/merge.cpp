@@ -2,6 +2,7 @@
 // (the offline counterpart of dist::allreduce_snapshot): counts of the same pass add up.
 #include <fmt/format.h>
 
+#include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/io/output_file.hpp>
@@ -51,14 +52,16 @@ class MergeCommand final : public Command {
     std::int64_t assignments = 0;
     for (std::size_t i = 0; i < ins_.size(); ++i) {
       io::LogicalCounts part = io::read_logical_counts(ins_[i]);
-      if (totals_) part = totals_of(part);
+      if (totals_) part = totals_of(part, ins_[i]);
       if (i == 0) {
         merged = std::move(part);
       } else {
         add(merged, part, ins_[i]);
       }
     }
-    for (const std::int64_t count : merged.counts) assignments += count;
+    // Every sum was checked as it was made; this one only says which files it was.
+    assignments =
+        checked_sum(merged.counts, fmt::format("the sum of the counts of {} files", ins_.size()));
     io::write_logical_counts(out_, merged);
     const std::string passes =
         merged.has_window_axis ? fmt::format("{} passes of ", merged.window_size) : "totals of ";
@@ -68,12 +71,17 @@ class MergeCommand final : public Command {
   }
 
  private:
-  static io::LogicalCounts totals_of(const io::LogicalCounts& counts) {
-    return {.window_size = 1,
-            .num_layers = counts.num_layers,
-            .num_experts = counts.num_experts,
-            .has_window_axis = false,
-            .counts = counts.totals()};
+  /// The sum over every pass of `counts`, read from `path` (which its errors name).
+  static io::LogicalCounts totals_of(const io::LogicalCounts& counts, const std::string& path) {
+    try {
+      return {.window_size = 1,
+              .num_layers = counts.num_layers,
+              .num_experts = counts.num_experts,
+              .has_window_axis = false,
+              .counts = counts.totals()};
+    } catch (const Error& error) {
+      MOESTAT_FAIL("{}: {}", path, error.message());
+    }
   }
 
   /// Adds `part` (read from `path`) to `sum`, after checking they describe the same passes.
@@ -86,7 +94,22 @@ class MergeCommand final : public Command {
         "{}: {} passes, but {} has {}; merge their totals with --totals", path,
         part.has_window_axis ? part.window_size : 0, ins_.front(),
         sum.has_window_axis ? sum.window_size : 0);
-    for (std::size_t i = 0; i < sum.counts.size(); ++i) sum.counts[i] += part.counts[i];
+    for (std::size_t i = 0; i < sum.counts.size(); ++i) {
+      MOESTAT_CHECK(!__builtin_add_overflow(sum.counts[i], part.counts[i], &sum.counts[i]),
+                    "{}: logical_count{} plus the same count of the files before it overflows "
+                    "int64",
+                    path, index_text(sum, i));
+    }
+  }
+
+  /// "[pass][layer][expert]" (or "[layer][expert]") of entry `flat` of `counts`.
+  static std::string index_text(const io::LogicalCounts& counts, std::size_t flat) {
+    const auto i = std::int64_t(flat);
+    const std::int64_t expert = i % counts.num_experts;
+    const std::int64_t layer = i / counts.num_experts % counts.num_layers;
+    const std::int64_t pass = i / (counts.num_experts * counts.num_layers);
+    return counts.has_window_axis ? fmt::format("[{}][{}][{}]", pass, layer, expert)
+                                  : fmt::format("[{}][{}]", layer, expert);
   }
 
   std::string out_;

@@ -15,12 +15,15 @@
 
 namespace moestat::io {
 
-/// What a file holds, detected from its first bytes (not its name).
+/// What a file holds, detected from its first bytes, then its name (detect_file_format).
 enum class FileFormat : std::uint8_t { kJson, kPt, kSafetensors, kTrace };
 /// "json", "pt", "safetensors" or "trace".
 std::string_view file_format_name(FileFormat format) noexcept;
-/// A zip signature is .pt, "MOETRACE" a trace, a little-endian size followed by '{' is
-/// safetensors, anything else is taken for JSON. moestat::Error when it cannot be read.
+/// A signature first (a zip is .pt, "MOETRACE" a trace, a binary little-endian size then
+/// '{' safetensors), then the extension (.json, .pt / .pth, .safetensors, .trace /
+/// .moetrace), then the first bytes (a bare pickle is a legacy .pt, a trace's byte-order
+/// mark a trace, '{' or '[' JSON); docs/formats.md says why in that order. moestat::Error
+/// naming the path when it cannot be read, is empty, or is none of these.
 FileFormat detect_file_format(const std::filesystem::path& path);
 /// The format a path's extension names (.json, .pt / .pth, .safetensors); moestat::Error
 /// naming the path for any other extension.
