@@ -67,7 +67,7 @@ TEST(WriteFileAtomically, ParentIsARegularFile) {
   naive_write(dir.path() / "plain", "keep");
   const auto path = dir.path() / "plain" / "out.json";
   expect_error([&] { io::write_file_atomically(path, "data"); },
-               {"cannot write", path.string(), "Not a directory"});
+               {"cannot write", path.string(), "is not a directory"});
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"plain"});
   EXPECT_EQ(naive_read(dir.path() / "plain"), "keep");
 }
