@@ -18,6 +18,11 @@ struct CliRun {
   std::string out, err;
 };
 
+/// Whether `needle` occurs in `text`.
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
 inline std::string read_whole_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -23,16 +23,13 @@ namespace moestat {
 namespace {
 
 using test::CliRun;
+using test::contains;
 using test::quoted;
 using test::read_whole_file;
 using test::run_cli;
 using test::ScratchDir;
 
 // ---- Naive references ----
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 /// Whether some line of `text` starts with `start` and later contains `words`.
 bool has_line(const std::string& text, const std::string& start, const std::string& words) {

@@ -18,16 +18,13 @@ namespace {
 
 using namespace std::string_literals;  // file bytes hold NUL
 using test::CliRun;
+using test::contains;
 using test::quoted;
 using test::read_whole_file;
 using test::run_cli;
 using test::ScratchDir;
 
 // ---- Naive references ----
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 /// The first byte of `text` that is neither printable ASCII nor a newline, or -1.
 int first_unprintable(const std::string& text) {

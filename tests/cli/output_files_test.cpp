@@ -26,14 +26,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::CliRun;
+using test::contains;
 using test::quoted;
 using test::read_whole_file;
 using test::run_cli;
 using test::ScratchDir;
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 /// Logical counts [2 passes][2 layers][3 experts] numbered from `first`.
 io::LogicalCounts counts_from(std::int64_t first) {
