@@ -127,8 +127,8 @@ FileFormat format_of_extension(const std::filesystem::path& path) {
   if (extension == ".json") return FileFormat::kJson;
   if (extension == ".pt" || extension == ".pth") return FileFormat::kPt;
   if (extension == ".safetensors") return FileFormat::kSafetensors;
-  MOESTAT_FAIL("{}: unknown extension \"{}\" (want .json, .pt or .safetensors)", path.string(),
-               extension);
+  MOESTAT_FAIL("{}: unknown extension \"{}\" (want .json, .pt, .pth or .safetensors)",
+               path.string(), extension);
 }
 
 LogicalCounts read_logical_counts(const std::filesystem::path& path) {

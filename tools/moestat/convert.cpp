@@ -2,8 +2,6 @@
 // .safetensors, the input's format read from its contents and the output's from OUT's name.
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <moestat/error.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 
@@ -11,17 +9,6 @@
 
 namespace moestat::cli {
 namespace {
-
-/// Checks OUT's extension before IN is read. The message lists every extension accepted,
-/// .pth included, which io::format_of_extension's own message leaves out.
-void check_out_extension(const std::string& out) {
-  try {
-    io::format_of_extension(out);
-  } catch (const Error&) {
-    MOESTAT_FAIL("{}: unknown extension \"{}\" (want .json, .pt, .pth or .safetensors)", out,
-                 std::filesystem::path(out).extension().string());
-  }
-}
 
 class ConvertCommand final : public Command {
  public:
@@ -49,7 +36,7 @@ class ConvertCommand final : public Command {
   }
 
   int run() override {
-    check_out_extension(out_);
+    io::format_of_extension(out_);  // an OUT that cannot be written fails before IN is read
     const io::StatisticsFile file = io::read_statistics_file(in_);
     io::write_statistics_file(out_, file);
     fmt::print("wrote {} ({}) from {}\n", out_, io::statistics_kind_name(io::statistics_kind(file)),
