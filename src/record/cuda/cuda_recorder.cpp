@@ -155,7 +155,8 @@ CudaRecorder::CudaRecorder(ModelTopology topology, RecorderOptions options, int 
   const bool collected =
       mode == RecordMode::kPerPass || (windowed && this->options().window_size < 0);
   MOESTAT_CHECK(mode != RecordMode::kPerToken || !cuda_options_.trace_path.empty(),
-                "per_token mode on the CUDA recorder needs CudaOptions::trace_path");
+                "per_token mode on the CUDA recorder needs a trace file to drain the tokens "
+                "into (trace_path)");
   MOESTAT_CHECK(
       cuda_options_.max_tokens_per_pass > 0 && cuda_options_.max_pending_passes > 0,
       "CudaOptions: max_tokens_per_pass ({}) and max_pending_passes ({}) must be positive",
