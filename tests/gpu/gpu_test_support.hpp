@@ -1,5 +1,5 @@
 // Shared helpers of the GPU tests: device arrays, skipping without a GPU, random routing
-// and the comparison of a CUDA snapshot with the CPU reference.
+// (the comparison of a CUDA snapshot with the CPU reference is in unit/snapshot_expectations.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,6 +13,8 @@
 #include <moestat/topology.hpp>
 #include <random>
 #include <vector>
+
+#include "unit/snapshot_expectations.hpp"
 
 namespace moestat::testing {
 
@@ -91,34 +93,6 @@ inline std::vector<std::int64_t> random_ids(std::mt19937_64& rng, std::int64_t n
 template <typename T>
 std::vector<T> cast_ids(const std::vector<std::int64_t>& ids) {
   return std::vector<T>(ids.begin(), ids.end());
-}
-
-/// The fields both backends fill, compared exactly.
-inline void expect_same_window(const Snapshot& expected, const Snapshot& actual) {
-  EXPECT_EQ(actual.pass_ids, expected.pass_ids);
-  EXPECT_EQ(actual.placement_versions, expected.placement_versions);
-  EXPECT_EQ(actual.pass_num_tokens, expected.pass_num_tokens);
-  EXPECT_EQ(actual.physical_counts, expected.physical_counts);
-  EXPECT_EQ(actual.logical_counts, expected.logical_counts);
-  EXPECT_EQ(actual.num_passes, expected.num_passes);
-  EXPECT_EQ(actual.dropped_ids, expected.dropped_ids);
-}
-
-inline void expect_same_decayed(const Snapshot& expected, const Snapshot& actual) {
-  ASSERT_EQ(actual.decayed_physical_load.size(), expected.decayed_physical_load.size());
-  ASSERT_EQ(actual.decayed_logical_load.size(), expected.decayed_logical_load.size());
-  for (std::size_t i = 0; i < expected.decayed_physical_load.size(); ++i) {
-    EXPECT_NEAR(actual.decayed_physical_load[i], expected.decayed_physical_load[i],
-                1e-9 * (1.0 + expected.decayed_physical_load[i]))
-        << "physical " << i;
-  }
-  for (std::size_t i = 0; i < expected.decayed_logical_load.size(); ++i) {
-    EXPECT_NEAR(actual.decayed_logical_load[i], expected.decayed_logical_load[i],
-                1e-9 * (1.0 + expected.decayed_logical_load[i]))
-        << "logical " << i;
-  }
-  EXPECT_EQ(actual.num_passes, expected.num_passes);
-  EXPECT_EQ(actual.dropped_ids, expected.dropped_ids);
 }
 
 /// CUDA options for per_pass mode and unbounded windows: a ring of `ring_size` passes,
