@@ -143,13 +143,19 @@ def abort_pass(token: torch.Tensor, recorder_id: int) -> None:
 
 
 def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
-    registration = _registrations.get(recorder_id)
-    if registration is None:
-        raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
+    """The registration, its recorder set to the stream that runs the calling op."""
+    registration = _lookup(recorder_id)
     if token.is_cuda and hasattr(registration.recorder, "set_stream"):
         # Whatever stream runs the op (graph capture runs on a side stream) is the one the
         # recorder's kernels must go to.
         registration.recorder.set_stream(torch.cuda.current_stream(token.device).cuda_stream)
+    return registration
+
+
+def _lookup(recorder_id: int) -> _Registration:
+    registration = _registrations.get(recorder_id)
+    if registration is None:
+        raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
     return registration
 
 
@@ -169,21 +175,21 @@ def _record(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
 
 
 def _keep(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
-    registration = _registrations.get(recorder_id)
-    if registration is None:
-        raise Error(f"moestat op: no recorder registered under id {recorder_id} (detached?)")
+    # No stream is set here: the kept layers are counted on the stream current when they are.
+    registration = _lookup(recorder_id)
     if registration.kept_layers and num_valid_tokens is not registration.kept_valid:
-        _count_kept(token, recorder_id)  # one count applies to a whole batch of layers
+        # One count applies to a whole batch of layers.
+        _count_kept(_registered(recorder_id, token))
     registration.kept_layers.append(layer)
     registration.kept_ids.append(topk_ids)
     registration.kept_valid = num_valid_tokens
     registration.kept_bytes += topk_ids.numel() * topk_ids.element_size()
     if registration.kept_bytes > MAX_KEPT_BYTES:
-        _count_kept(token, recorder_id)
+        _count_kept(_registered(recorder_id, token))
 
 
-def _count_kept(token: torch.Tensor, recorder_id: int) -> None:
-    registration = _registered(recorder_id, token)
+def _count_kept(registration: _Registration) -> None:
+    """Counts the kept layers on the recorder's stream (set by the caller) and forgets them."""
     if not registration.kept_layers:
         return
     layers, ids, valid = registration.kept_layers, registration.kept_ids, registration.kept_valid
@@ -194,10 +200,11 @@ def _count_kept(token: torch.Tensor, recorder_id: int) -> None:
 
 
 def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
+    registration = _registered(recorder_id, token)
     try:
-        _count_kept(token, recorder_id)
+        _count_kept(registration)
     finally:
-        _registered(recorder_id, token).recorder.end_pass()
+        registration.recorder.end_pass()
 
 
 @torch.library.custom_op("moestat::begin_pass", mutates_args=("token",))
