@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import moestat
+from moestat import torch_ops
 from moestat.integrations import transformers as moestat_hf
 
 import hf_models
@@ -193,3 +194,30 @@ def test_a_recorder_whose_topology_does_not_fit_is_refused():
                                                                                  False, False]))
     with pytest.raises(moestat.Error, match="top_k=2"):
         moestat_hf.attach(model, wrong_top_k)
+
+
+@pytest.mark.parametrize("max_kept_bytes", [torch_ops.MAX_KEPT_BYTES, 40])
+def test_kept_layers_are_counted_when_the_valid_count_changes_or_too_many_bytes_are_kept(
+        monkeypatch, max_kept_bytes):
+    # Three layers of 3 tokens' top-2 int64 ids (48 bytes each); the first two share one
+    # valid-token count, the third has another. With 40 bytes kept at most, every layer is
+    # counted as it comes; otherwise the change of count counts the first two early.
+    monkeypatch.setattr(torch_ops, "MAX_KEPT_BYTES", max_kept_bytes)
+    recorder = moestat.CpuRecorder(moestat.ModelTopology.uniform(3, 8, 2), window_size=-1)
+    recorder.start()
+    recorder_id = torch_ops.register(recorder)
+    token = torch_ops.ordering_token("cpu")
+    ids = [torch.tensor([[0, 1], [2, 3], [4, 5]]), torch.tensor([[1, 2], [3, 4], [5, 6]]),
+           torch.tensor([[7, 6], [5, 4], [3, 2]])]
+    valid = [torch.tensor([2]), None, torch.tensor([3])]
+    valid[1] = valid[0]
+    torch_ops.begin_pass(token, recorder_id)
+    for layer in range(3):
+        torch_ops.record_topk(token, recorder_id, layer, ids[layer], valid[layer])
+    torch_ops.end_pass(token, recorder_id)
+    torch_ops.unregister(recorder_id)
+    counts = recorder.snapshot().logical_counts
+    expected = np.stack([np.bincount(ids[layer][:int(valid[layer])].reshape(-1), minlength=8)
+                         for layer in range(3)])
+    assert counts.shape[0] == 1
+    np.testing.assert_array_equal(counts[0], expected)
