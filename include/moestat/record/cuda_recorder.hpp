@@ -13,7 +13,6 @@
 #include <moestat/record/fused_target.hpp>
 #include <moestat/recorder.hpp>
 #include <mutex>
-#include <vector>
 
 namespace moestat::record {
 
@@ -165,9 +164,6 @@ class CudaRecorder final : public Recorder {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   CudaOptions cuda_options_;
-  // Forward-thread state of per_token mode.
-  std::vector<std::uint8_t> layer_traced_;  ///< [L] a layer was staged this pass
-  std::int64_t pass_max_rows_ = 0;          ///< largest captured batch of this pass's hooks
   std::unique_ptr<Resources> resources_;
 
   mutable std::mutex mutex_;  // serialises control calls

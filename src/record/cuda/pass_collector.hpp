@@ -10,21 +10,18 @@
 #include <exception>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "device_state.cuh"
+#include "device_window_reader.hpp"
 
 namespace moestat::record::cuda {
 
 /// Passes collected from the device since the last reset the device applied.
 struct CollectedPasses {
   std::uint64_t epoch = 0;  ///< The device epoch these passes belong to.
-  std::vector<std::int64_t> pass_ids;
-  std::vector<std::uint64_t> placement_versions;
-  std::vector<std::int64_t> pass_num_tokens;
-  std::vector<std::int32_t> physical_counts;  ///< [N, L, P]
-  std::int64_t num_passes = 0;                ///< Passes the device ended since the reset.
-  std::int64_t dropped_passes = 0;            ///< Passes whose slot was reused before collection.
+  PassRecords passes;
+  std::int64_t num_passes = 0;      ///< Passes the device ended since the reset.
+  std::int64_t dropped_passes = 0;  ///< Passes whose slot was reused before collection.
   std::int64_t dropped_ids = 0;
 };
 
@@ -36,7 +33,7 @@ struct CollectedPasses {
 class PassCollector {
  public:
   /// Starts the thread when `interval` is positive; otherwise passes are collected only by
-  /// collect().
+  /// collect(). `buffers` must outlive the collector.
   PassCollector(const DeviceBuffers& buffers, int device, std::chrono::microseconds interval);
   ~PassCollector();
   PassCollector(const PassCollector&) = delete;
@@ -48,19 +45,14 @@ class PassCollector {
 
  private:
   void run();
-  /// One copy of the new passes under the device's sequence lock; caller holds mutex_.
+  /// Reads the new passes out of the ring; caller holds mutex_.
   void collect_locked();
 
-  DeviceBuffers buffers_;
+  DeviceWindowReader reader_;
   int device_;
   std::chrono::microseconds interval_;
   cudaStream_t stream_ = nullptr;
   long long collected_until_ = 0;  ///< Device cursor up to which passes are collected.
-  // Host copies of the ring, kept between collections so a collection does not allocate.
-  std::vector<std::int32_t> ring_counts_;          ///< the slots of new passes, in pass order
-  std::vector<long long> slot_pass_ids_;           ///< [num_slots]
-  std::vector<long long> slot_num_tokens_;         ///< [num_slots]
-  std::vector<unsigned long long> slot_versions_;  ///< [num_slots]
 
   std::mutex mutex_;
   CollectedPasses passes_;

@@ -1,0 +1,21 @@
+#include "device_allocations.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_check.hpp"
+
+namespace moestat::record::cuda {
+
+DeviceAllocations::~DeviceAllocations() {
+  for (void* pointer : pointers_) cudaFree(pointer);
+}
+
+void* DeviceAllocations::allocate_zeroed(std::size_t bytes) {
+  void* pointer = nullptr;
+  MOESTAT_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+  pointers_.push_back(pointer);
+  MOESTAT_CUDA_CHECK(cudaMemset(pointer, 0, bytes));
+  return pointer;
+}
+
+}  // namespace moestat::record::cuda

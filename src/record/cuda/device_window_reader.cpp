@@ -1,0 +1,42 @@
+#include "device_window_reader.hpp"
+
+#include <algorithm>
+
+namespace moestat::record::cuda {
+
+std::optional<WindowRead> DeviceWindowReader::read_from(const DeviceState& before,
+                                                        long long first_wanted, cudaStream_t stream,
+                                                        PassRecords& out) {
+  const long long window = buffers_.num_slots - 1;
+  const long long pass_size = buffers_.num_layers * buffers_.num_physical_experts;
+  // Slots of passes [first, cursor), in at most two contiguous runs of the ring.
+  const long long first = std::max(first_wanted, before.cursor - window);
+  ring_counts_.resize(std::size_t((before.cursor - first) * pass_size));
+  for (long long pass = first; pass < before.cursor;) {
+    const long long slot = pass % buffers_.num_slots;
+    const long long run = std::min(before.cursor - pass, buffers_.num_slots - slot);
+    copy_from_device(ring_counts_.data() + (pass - first) * pass_size,
+                     buffers_.window + slot * pass_size, run * pass_size, stream);
+    pass += run;
+  }
+  copy_from_device(slot_pass_ids_, buffers_.slot_pass_ids, buffers_.num_slots, stream);
+  copy_from_device(slot_num_tokens_, buffers_.slot_num_tokens, buffers_.num_slots, stream);
+  copy_from_device(slot_versions_, buffers_.slot_versions, buffers_.num_slots, stream);
+  const DeviceState after = read_device_state(buffers_.state, stream);
+  if (after.applied_epoch != before.applied_epoch) return std::nullopt;
+
+  // Pass n's slot is rewritten by the end of pass n + window + 1, which runs while the
+  // cursor is n + window + 1: passes from after.cursor - window on were intact.
+  const long long intact_from = std::max(first, after.cursor - window);
+  for (long long pass = intact_from; pass < before.cursor; ++pass) {
+    const auto slot = std::size_t(pass % buffers_.num_slots);
+    out.pass_ids.push_back(slot_pass_ids_[slot]);
+    out.pass_num_tokens.push_back(slot_num_tokens_[slot]);
+    out.placement_versions.push_back(slot_versions_[slot]);
+    const std::int32_t* in = ring_counts_.data() + (pass - first) * pass_size;
+    out.physical_counts.insert(out.physical_counts.end(), in, in + pass_size);
+  }
+  return WindowRead{before, intact_from};
+}
+
+}  // namespace moestat::record::cuda
