@@ -1,6 +1,10 @@
 // CudaRecorder::abort_pass: a pass aborted after its hooks counted (into every copy of the
-// pass, at a size where many blocks add) leaves no trace; the CPU recorder fed only the other
-// passes is the reference.
+// pass, at a size where many blocks add) or staged its tokens leaves no trace; the CPU
+// recorder fed only the other passes is the reference.
+#include <unistd.h>
+
+#include <filesystem>
+#include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <moestat/record/cuda_recorder.hpp>
 
@@ -10,6 +14,7 @@ namespace moestat::testing {
 namespace {
 
 using record::CpuRecorder;
+using record::CudaOptions;
 using record::CudaRecorder;
 
 constexpr std::int64_t kTopK = 8;
@@ -61,6 +66,40 @@ TEST(CudaAbortPass, LeavesNoTrace) {
       expect_same_window(expected, actual);
     }
   }
+}
+
+// per_token mode: the aborted pass's staged ids never reach the trace file, and the next pass
+// stages the same layers again.
+TEST(CudaAbortPass, LeavesNoTokensInTheTrace) {
+  MOESTAT_REQUIRE_GPU();
+  const ModelTopology topology = deepseek_like_topology();
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("moestat-gpu-abort-" + std::to_string(::getpid()) + ".trace");
+  const RecorderOptions options{.mode = RecordMode::kPerToken, .per_token_capacity = 1 << 14};
+  CpuRecorder cpu(topology, options);
+  {
+    CudaRecorder gpu(topology, options, -1, CudaOptions{.trace_path = path});
+    cpu.start();
+    gpu.start();
+    std::mt19937_64 rng(9);
+    pass_on(rng, 0, gpu, &cpu, false);
+    pass_on(rng, 1, gpu, nullptr, true);
+    pass_on(rng, 2, gpu, &cpu, false);
+    gpu.drain_trace();
+    EXPECT_EQ(gpu.snapshot().num_passes, 2);
+  }
+  const Snapshot expected = cpu.snapshot();
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> pass_ids;
+  const io::TraceFile file = io::read_trace_file(path);
+  const std::int64_t token_size = file.header.num_layers * file.header.top_k;
+  for (const io::TraceChunk& chunk : file.chunks) {
+    ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
+    pass_ids.insert(pass_ids.end(), chunk.ids.size() / std::size_t(token_size), chunk.pass_id);
+  }
+  EXPECT_EQ(pass_ids, expected.token_pass_ids);
+  EXPECT_EQ(ids, expected.token_physical_ids);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
