@@ -1,10 +1,6 @@
 // CudaRecorder::abort_pass: a pass aborted after its hooks counted (into every copy of the
 // pass, at a size where many blocks add) or staged its tokens leaves no trace; the CPU
 // recorder fed only the other passes is the reference.
-#include <unistd.h>
-
-#include <filesystem>
-#include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <moestat/record/cuda_recorder.hpp>
 
@@ -73,8 +69,7 @@ TEST(CudaAbortPass, LeavesNoTrace) {
 TEST(CudaAbortPass, LeavesNoTokensInTheTrace) {
   MOESTAT_REQUIRE_GPU();
   const ModelTopology topology = deepseek_like_topology();
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("moestat-gpu-abort-" + std::to_string(::getpid()) + ".trace");
+  const auto path = trace_path("abort");
   const RecorderOptions options{.mode = RecordMode::kPerToken, .per_token_capacity = 1 << 14};
   CpuRecorder cpu(topology, options);
   {
@@ -88,18 +83,7 @@ TEST(CudaAbortPass, LeavesNoTokensInTheTrace) {
     gpu.drain_trace();
     EXPECT_EQ(gpu.snapshot().num_passes, 2);
   }
-  const Snapshot expected = cpu.snapshot();
-  std::vector<std::int32_t> ids;
-  std::vector<std::int64_t> pass_ids;
-  const io::TraceFile file = io::read_trace_file(path);
-  const std::int64_t token_size = file.header.num_layers * file.header.top_k;
-  for (const io::TraceChunk& chunk : file.chunks) {
-    ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
-    pass_ids.insert(pass_ids.end(), chunk.ids.size() / std::size_t(token_size), chunk.pass_id);
-  }
-  EXPECT_EQ(pass_ids, expected.token_pass_ids);
-  EXPECT_EQ(ids, expected.token_physical_ids);
-  std::filesystem::remove(path);
+  expect_trace_holds(path, cpu.snapshot());
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
-// Shared helpers of the GPU tests: device arrays, skipping without a GPU, random routing
-// (the comparison of a CUDA snapshot with the CPU reference is in unit/snapshot_expectations.hpp).
+// Shared helpers of the GPU tests: device arrays, skipping without a GPU, random routing, trace
+// files (the comparison of a CUDA snapshot with the CPU reference is in
+// unit/snapshot_expectations.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <moestat/io/trace_file.hpp>
 #include <moestat/record/cuda_recorder.hpp>
 #include <moestat/snapshot.hpp>
 #include <moestat/tensor_view.hpp>
@@ -113,6 +117,33 @@ inline ModelTopology deepseek_like_topology() {
   topology.ep_size = 8;
   topology.validate();
   return topology;
+}
+
+/// A trace file of this process in the temporary directory, named after `name`.
+inline std::filesystem::path trace_path(const char* name) {
+  return std::filesystem::temp_directory_path() /
+         (std::string("moestat-gpu-") + name + "-" + std::to_string(::getpid()) + ".trace");
+}
+
+/// Concatenates the file's chunks: ids [N, L, k] and the pass id of each token.
+inline void flatten(const io::TraceFile& file, std::vector<std::int32_t>& ids,
+                    std::vector<std::int64_t>& pass_ids) {
+  const std::int64_t token_size = file.header.num_layers * file.header.top_k;
+  for (const io::TraceChunk& chunk : file.chunks) {
+    ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
+    pass_ids.insert(pass_ids.end(), chunk.ids.size() / std::size_t(token_size), chunk.pass_id);
+  }
+}
+
+/// Expects the trace file at `path` to hold exactly the tokens of the CPU recorder's
+/// per-token snapshot `expected`, then removes it.
+inline void expect_trace_holds(const std::filesystem::path& path, const Snapshot& expected) {
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> pass_ids;
+  flatten(io::read_trace_file(path), ids, pass_ids);
+  EXPECT_EQ(pass_ids, expected.token_pass_ids);
+  EXPECT_EQ(ids, expected.token_physical_ids);
+  std::filesystem::remove(path);
 }
 
 }  // namespace moestat::testing

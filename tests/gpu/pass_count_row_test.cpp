@@ -120,8 +120,21 @@ TEST(CudaPassCountRow, IsCopyZeroOfAMoeLayerInAPassMode) {
   EXPECT_MOESTAT_ERROR(gpu.pass_count_row(0), "pass_count_row: layer 0 is a dense layer");
   EXPECT_MOESTAT_ERROR(gpu.pass_count_row(61), "pass_count_row: layer 61 out of range");
   EXPECT_MOESTAT_ERROR(gpu.pass_count_row(-1), "pass_count_row: layer -1 out of range");
-  CudaRecorder approx(topology, {.mode = RecordMode::kStatApprox, .window_size = 4});
-  EXPECT_MOESTAT_ERROR(approx.pass_count_row(3), "pass_count_row: stat_approx mode cannot");
+  // stat_approx refuses with a bounded window and with an unbounded one (kept by the pass
+  // collector, as per_pass is).
+  for (std::int64_t window_size : {4, -1}) {
+    CudaRecorder approx(topology, {.mode = RecordMode::kStatApprox, .window_size = window_size});
+    EXPECT_MOESTAT_ERROR(approx.pass_count_row(3), "pass_count_row: stat_approx mode cannot");
+  }
+  const auto path = trace_path("count-row");
+  {
+    CudaRecorder per_token(topology, {.mode = RecordMode::kPerToken}, -1,
+                           record::CudaOptions{.trace_path = path});
+    EXPECT_MOESTAT_ERROR(per_token.pass_count_row(3), "pass_count_row: per_token mode cannot");
+  }
+  std::filesystem::remove(path);
+  EXPECT_MOESTAT_ERROR(gpu.drain_trace(),
+                       "drain_trace: the recorder is in stat mode, not per_token");
 }
 
 }  // namespace

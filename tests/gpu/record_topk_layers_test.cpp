@@ -1,8 +1,9 @@
 // CudaRecorder::record_topk_layers: many layers counted in one launch equal the CPU recorder
 // fed the same ids layer by layer with record_topk, for int32 and int64 ids mixed in one
 // batch, strided matrices, padding and out-of-range ids, decode and prefill sizes, every way
-// of giving the valid-token count, and more layers than one launch takes. Captured in a CUDA
-// graph, a pass of 58 layers adds one kernel node.
+// of giving the valid-token count, and more layers than one launch takes; in per_token mode
+// the trace holds the CPU recorder's tokens. Captured in a CUDA graph, a pass of 58 layers adds
+// one kernel node.
 #include <functional>
 #include <moestat/record/cpu_recorder.hpp>
 #include <moestat/record/cuda_recorder.hpp>
@@ -14,6 +15,7 @@ namespace moestat::testing {
 namespace {
 
 using record::CpuRecorder;
+using record::CudaOptions;
 using record::CudaRecorder;
 
 constexpr std::int64_t kTopK = 8;
@@ -138,6 +140,30 @@ TEST(CudaRecordTopkLayers, EqualsRecordTopkLayerByLayer) {
       }
     }
   }
+}
+
+// per_token mode stages the batch layer by layer, as record_topk would.
+TEST(CudaRecordTopkLayers, PerTokenTraceEqualsRecordTopkLayerByLayer) {
+  MOESTAT_REQUIRE_GPU();
+  const ModelTopology topology = deepseek_like_topology();
+  const auto path = trace_path("layers");
+  const RecorderOptions options{.mode = RecordMode::kPerToken, .per_token_capacity = 1 << 14};
+  CpuRecorder cpu(topology, options);
+  {
+    CudaRecorder gpu(topology, options, -1, CudaOptions{.trace_path = path});
+    std::mt19937_64 rng(7);
+    cpu.start();
+    gpu.start();
+    std::int64_t pass_id = 0;
+    for (std::int64_t rows : {1, 3, 64, 700}) {
+      for (Valid valid : {Valid::kAll, Valid::kHostCount, Valid::kDeviceCount}) {
+        pass_on_both(rng, cpu, gpu, pass_id++, rows, valid);
+      }
+    }
+    gpu.drain_trace();
+    EXPECT_EQ(gpu.snapshot().num_passes, pass_id);
+  }
+  expect_trace_holds(path, cpu.snapshot());
 }
 
 TEST(CudaRecordTopkLayers, RefusesTheWholeBatchWhenOneLayerIsWrong) {

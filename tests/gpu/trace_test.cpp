@@ -15,21 +15,6 @@ using record::CpuRecorder;
 using record::CudaOptions;
 using record::CudaRecorder;
 
-std::filesystem::path trace_path(const char* name) {
-  return std::filesystem::temp_directory_path() /
-         (std::string("moestat-gpu-") + name + "-" + std::to_string(::getpid()) + ".trace");
-}
-
-/// Concatenates the file's chunks: ids [N, L, k] and the pass id of each token.
-void flatten(const io::TraceFile& file, std::vector<std::int32_t>& ids,
-             std::vector<std::int64_t>& pass_ids) {
-  const std::int64_t token_size = file.header.num_layers * file.header.top_k;
-  for (const io::TraceChunk& chunk : file.chunks) {
-    ids.insert(ids.end(), chunk.ids.begin(), chunk.ids.end());
-    pass_ids.insert(pass_ids.end(), chunk.ids.size() / std::size_t(token_size), chunk.pass_id);
-  }
-}
-
 /// Every token's ids reach the file, written with `reserve_bytes` of reserved file.
 void check_every_token_reaches_the_file(std::uint64_t reserve_bytes) {
   const ModelTopology topology = deepseek_like_topology();
