@@ -2,8 +2,8 @@
 // stat_approx), collected passes (per_pass, unbounded windows), decayed loads (decayed) or a
 // trace file (per_token). A policy owns its device buffers and host threads, its end-of-pass
 // launches, its abort handling and its read into a Snapshot; the recorder picks one at
-// construction (choose_storage, the one place a mode maps to its storage) and never asks for
-// the mode again.
+// construction (choose_storage, the one place a mode maps to its storage) and does not branch
+// on the mode again.
 #pragma once
 
 #include <cuda_runtime_api.h>
