@@ -51,7 +51,7 @@ struct CountWindow {
   /// sum of every count does not fit, so that any sum of these totals fits too; and when the
   /// window is fractional.
   std::vector<std::int64_t> totals() const;
-  /// Passes [first, end) of the window, with their metadata, keeping the window axis.
+  /// Passes [first, end) of the window, with their metadata.
   CountWindow passes(std::int64_t first, std::int64_t end) const;
 
   /// moestat::Error naming the first inconsistency: sizes below 1, W != 1 without a window

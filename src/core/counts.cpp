@@ -45,7 +45,7 @@ CountWindow CountWindow::passes(std::int64_t first, std::int64_t end) const {
   out.window_size = end - first;
   out.num_layers = num_layers;
   out.num_experts = num_experts;
-  out.has_window_axis = true;
+  out.has_window_axis = has_window_axis;
   out.counts = slice(counts, pass_size(), first, end);
   out.fractional_counts = slice(fractional_counts, pass_size(), first, end);
   out.pass_ids = slice(pass_ids, 1, first, end);
