@@ -22,13 +22,24 @@ class Error : public std::runtime_error {
   /// The message without the source location, for user-facing output such as the CLI.
   const std::string& message() const noexcept { return message_; }
 
+  /// This error with `prefix` (escaped as the message is) put before its message:
+  /// "prefix: message", still pointing at the check that fired, not at the caller that added
+  /// what it knew (a path, a field).
+  Error with_context(const std::string& prefix) const {
+    return Error(file_, line_, fmt::format("{}: {}", printable(prefix), message_), kEscaped);
+  }
+
  private:
   struct Escaped {};
   static constexpr Escaped kEscaped{};
   Error(const char* file, int line, std::string escaped, Escaped)
       : std::runtime_error(fmt::format("{}:{}: {}", file, line, escaped)),
+        file_(file),
+        line_(line),
         message_(std::move(escaped)) {}
 
+  const char* file_;  ///< __FILE__ of the check: a string literal, alive for the program.
+  int line_;
   std::string message_;
 };
 

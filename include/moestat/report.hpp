@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <moestat/counts.hpp>
 #include <moestat/placement.hpp>
 #include <optional>
 #include <string>
@@ -12,32 +13,33 @@
 
 namespace moestat::report {
 
-/// What a report draws: per-layer, per-expert loads and, where the file has them, per-pass
-/// loads and facts about the run.
+/// What a report draws: a recording's counts and what it says about its source.
 struct Recording {
-  std::string source;                ///< Where it came from (a path), shown in the report.
-  std::string kind;                  ///< "moestat snapshot (stat)", "SGLang logical_count", ...
-  std::int64_t num_layers = 0;       ///< L, dense layers included.
-  std::int64_t num_experts = 0;      ///< E logical experts.
-  std::vector<std::int64_t> totals;  ///< [L, E] token assignments over the recording.
-  /// [W, L, E] per-pass (or per-window-row) assignments, oldest first; empty when the
-  /// recording keeps no pass axis.
-  std::vector<std::int64_t> passes;
+  std::string source;  ///< Where it came from (a path), shown in the report.
+  std::string kind;    ///< "moestat snapshot (stat)", "SGLang logical_count", ...
+  /// Whole token assignments: per pass where the source keeps a window (has_window_axis),
+  /// else one row over the whole recording (an [L][E] file, a per_token snapshot's kept
+  /// tokens, a decayed snapshot's loads rounded).
+  CountWindow counts;
   /// Facts shown in the metadata table, in order ("top_k", "8").
   std::vector<std::pair<std::string, std::string>> metadata;
 
+  std::int64_t num_layers() const noexcept { return counts.num_layers; }
+  std::int64_t num_experts() const noexcept { return counts.num_experts; }
+  /// Passes with their own loads: the window's, 0 when the source keeps none.
   std::int64_t num_passes() const noexcept {
-    return num_layers * num_experts == 0 ? 0
-                                         : std::int64_t(passes.size()) / (num_layers * num_experts);
+    return counts.has_window_axis ? counts.window_size : 0;
   }
   /// Throws moestat::Error naming the inconsistent field.
   void validate() const;
 };
 
-/// Reads a recording file: a moestat snapshot or an SGLang `{"logical_count": ...}` JSON,
-/// an SGLang `.pt` dump (stat, per-pass or per-token) or a `.safetensors` file with a
-/// `logical_count` tensor (the format detected from the contents). moestat::Error starting
-/// with the path when the file is missing, malformed or not a recording (a placement, say).
+/// Reads a recording file through io::read_counts: a moestat snapshot, SGLang's
+/// `{"logical_count": ...}` or fiddler's `{"expert_popularity": ...}` JSON, an SGLang `.pt`
+/// dump (stat, per-pass or per-token) or a `.safetensors` file with a `logical_count`
+/// tensor (the format detected from the contents); per_token and decayed snapshots too.
+/// moestat::Error starting with the path when the file is missing, malformed or not a
+/// recording (a placement, say).
 Recording load_recording(const std::filesystem::path& path);
 
 struct Options {

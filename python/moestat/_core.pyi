@@ -301,9 +301,14 @@ def hot_expert_hit_rate(loads: Annotated[NDArray, dict(writable=False)], mask: A
 def file_format(path: str | os.PathLike) -> str:
     """'json', 'pt', 'safetensors' or 'trace', from the file's first bytes."""
 
+def read_counts(path: str | os.PathLike, fractions: bool = False) -> dict:
+    """
+    Any counts file, as every moestat command reads it: {'counts': [passes, layers, experts] int64 ([layers, experts] when the file has no pass axis), 'has_window_axis': bool, 'pass_ids', 'placement_versions', 'pass_num_tokens': [passes] arrays, or None where the file does not say}. From an SGLang stat, per-pass or per-token dump (.pt), a moestat snapshot, {'logical_count'} or {'expert_popularity'} JSON, or a .safetensors file. Entries that are not whole numbers are an error unless fractions=True, which reads them as float64 loads. Raises moestat.Error naming the file and the problem.
+    """
+
 def read_logical_counts(path: str | os.PathLike) -> object:
     """
-    Logical counts as int64 [passes, layers, experts] ([layers, experts] when the file has no pass axis) from an SGLang stat, per-pass or per-token dump (.pt), a moestat snapshot or {'logical_count'} JSON, or a .safetensors file. Raises moestat.Error naming the file and the problem.
+    read_counts(path)['counts']: int64 [passes, layers, experts] ([layers, experts] when the file has no pass axis). Raises moestat.Error naming the file and the problem.
     """
 
 def write_logical_counts(path: str | os.PathLike, counts: Annotated[NDArray, dict(writable=False)]) -> None:

@@ -21,13 +21,13 @@ namespace {
 
 std::size_t size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
-io::LogicalCounts counts_of(const AnyArray& array) {
+CountWindow counts_of(const AnyArray& array) {
   std::vector<std::int64_t> shape;
   const std::vector<double> values = doubles_of(array, "counts", shape);
   MOESTAT_CHECK(shape.size() == 2 || shape.size() == 3,
                 "counts: expected [layers, experts] or [passes, layers, experts], got {} axes",
                 shape.size());
-  io::LogicalCounts counts;
+  CountWindow counts;
   counts.has_window_axis = shape.size() == 3;
   counts.window_size = counts.has_window_axis ? shape[0] : 1;
   counts.num_layers = shape[shape.size() - 2];
@@ -42,6 +42,32 @@ io::LogicalCounts counts_of(const AnyArray& array) {
   return counts;
 }
 
+/// The counts as numpy: [W, L, E], or [L, E] when the source has no window axis; int64, or
+/// float64 for a fractional window.
+nb::object counts_array(CountWindow& counts) {
+  const auto shape = [&]<typename T>(std::vector<T>& values) {
+    if (!counts.has_window_axis) {
+      return to_numpy(std::move(values), {size(counts.num_layers), size(counts.num_experts)});
+    }
+    return to_numpy(std::move(values),
+                    {size(counts.window_size), size(counts.num_layers), size(counts.num_experts)});
+  };
+  return counts.is_fractional() ? shape(counts.fractional_counts) : shape(counts.counts);
+}
+
+/// A [W] metadata array, or None where the source does not say.
+template <typename T>
+nb::object per_pass(std::vector<T>& values) {
+  if (values.empty()) return nb::none();
+  const std::size_t passes = values.size();
+  return to_numpy(std::move(values), {passes});
+}
+
+CountWindow read_counts_released(const std::filesystem::path& file, io::Fractions fractions) {
+  nb::gil_scoped_release unlocked;
+  return io::read_counts(file, fractions);
+}
+
 }  // namespace
 
 void bind_files(nb::module_& module) {
@@ -54,36 +80,50 @@ void bind_files(nb::module_& module) {
       "path"_a.none(), nb::sig("def file_format(path: str | os.PathLike) -> str"),
       "'json', 'pt', 'safetensors' or 'trace', from the file's first bytes.");
   module.def(
+      "read_counts",
+      [](nb::handle path, nb::handle fractions) {
+        const std::filesystem::path file = path_argument(path, "read_counts", "path");
+        const bool keep = value_argument<bool>(fractions, "read_counts", "fractions", "a bool");
+        CountWindow counts =
+            read_counts_released(file, keep ? io::Fractions::kKeep : io::Fractions::kRefuse);
+        nb::dict out;
+        out["has_window_axis"] = counts.has_window_axis;
+        out["counts"] = counts_array(counts);
+        out["pass_ids"] = per_pass(counts.pass_ids);
+        out["placement_versions"] = per_pass(counts.placement_versions);
+        out["pass_num_tokens"] = per_pass(counts.pass_num_tokens);
+        return out;
+      },
+      "path"_a.none(), "fractions"_a.none() = false,
+      nb::sig("def read_counts(path: str | os.PathLike, fractions: bool = False) -> dict"),
+      "Any counts file, as every moestat command reads it: {'counts': [passes, layers, "
+      "experts] int64 ([layers, experts] when the file has no pass axis), "
+      "'has_window_axis': bool, 'pass_ids', 'placement_versions', 'pass_num_tokens': [passes] "
+      "arrays, or None where the file does not say}. From an SGLang stat, per-pass or "
+      "per-token dump (.pt), a moestat snapshot, {'logical_count'} or {'expert_popularity'} "
+      "JSON, or a .safetensors file. Entries that are not whole numbers are an error unless "
+      "fractions=True, which reads them as float64 loads. Raises moestat.Error naming the "
+      "file and the problem.");
+  module.def(
       "read_logical_counts",
       [](nb::handle path) {
         const std::filesystem::path file = path_argument(path, "read_logical_counts", "path");
-        io::LogicalCounts counts = [&] {
-          nb::gil_scoped_release unlocked;
-          return io::read_logical_counts(file);
-        }();
-        if (!counts.has_window_axis) {
-          return to_numpy(std::move(counts.counts),
-                          {size(counts.num_layers), size(counts.num_experts)});
-        }
-        return to_numpy(
-            std::move(counts.counts),
-            {size(counts.window_size), size(counts.num_layers), size(counts.num_experts)});
+        CountWindow counts = read_counts_released(file, io::Fractions::kRefuse);
+        return counts_array(counts);
       },
       "path"_a.none(), nb::sig("def read_logical_counts(path: str | os.PathLike) -> object"),
-      "Logical counts as int64 [passes, layers, experts] ([layers, experts] when the file "
-      "has no pass axis) from an SGLang stat, per-pass or per-token dump (.pt), a moestat "
-      "snapshot or {'logical_count'} JSON, or a .safetensors file. Raises moestat.Error "
-      "naming the file and the problem.");
+      "read_counts(path)['counts']: int64 [passes, layers, experts] ([layers, experts] when "
+      "the file has no pass axis). Raises moestat.Error naming the file and the problem.");
   module.def(
       "write_logical_counts",
       [](nb::handle path, nb::handle counts) {
         constexpr const char* kFunction = "write_logical_counts";
         const std::filesystem::path file = path_argument(path, kFunction, "path");
-        const io::LogicalCounts value =
+        const CountWindow value =
             counts_of(array_argument(counts, kFunction, "counts",
                                      "of [layers, experts] or [passes, layers, experts] counts"));
         nb::gil_scoped_release unlocked;
-        io::write_logical_counts(file, value);
+        io::write_counts(file, value);
       },
       "path"_a.none(), "counts"_a.none(),
       nb::sig("def write_logical_counts(path: str | os.PathLike, counts: " MOESTAT_STUB_ARRAY

@@ -38,12 +38,19 @@ std::vector<plan::ExpertLoads> scenarios_of(const AnyArray& array) {
                 "loads: expected [layers, experts] or [scenarios, layers, experts], got {} axes",
                 shape.size());
   const bool stacked = shape.size() == 3;
+  const std::int64_t num_scenarios = stacked ? shape[0] : 1;
   const std::int64_t num_layers = shape[stacked ? 1 : 0];
   const std::int64_t num_experts = shape[stacked ? 2 : 1];
-  auto window = plan::split_window<double>(num_layers, num_experts, values, stacked);
-  for (const auto& scenario : window.passes) scenario.validate();
-  MOESTAT_CHECK(!window.passes.empty(), "loads: no scenario");
-  return std::move(window.passes);
+  const auto size = std::size_t(num_layers * num_experts);
+  MOESTAT_CHECK(num_scenarios > 0 && size > 0, "loads: no scenario");
+  std::vector<plan::ExpertLoads> out;
+  for (std::size_t first = 0; first < values.size(); first += size) {
+    out.push_back({num_layers, num_experts,
+                   std::vector<double>(values.begin() + std::ptrdiff_t(first),
+                                       values.begin() + std::ptrdiff_t(first + size))});
+    out.back().validate();
+  }
+  return out;
 }
 
 plan::EplbConfig config_of(std::int64_t num_replicas, std::int64_t num_groups,
@@ -124,7 +131,7 @@ void bind_planning(nb::module_& module) {
       [](const AnyArray& loads, std::int64_t per_layer, const std::string& strategy,
          std::uint64_t seed) {
         const plan::ExpertLoads matrix = loads_of(loads, "loads");
-        const plan::HotExpertMask mask = plan::choose_hot_experts(
+        const ExpertMask mask = plan::choose_hot_experts(
             matrix, plan::hot_expert_budget_per_layer(matrix, per_layer),
             {.strategy = plan::parse_hot_expert_strategy(strategy), .seed = seed});
         return to_numpy_bool(mask.on_gpu,

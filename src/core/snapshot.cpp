@@ -9,7 +9,7 @@ std::vector<std::int64_t> totals(const Snapshot& snapshot, const std::vector<std
                                  const std::vector<std::int32_t>& token_ids, std::int64_t width) {
   const std::int64_t layer_size = snapshot.num_layers * width;
   std::vector<std::int64_t> out(std::size_t(layer_size), 0);
-  // As LogicalCounts::totals: the grand total (counts, then one per token id) is checked, so
+  // As CountWindow::totals: the grand total (counts, then one per token id) is checked, so
   // every total and every sum of totals fits.
   std::int64_t all = 0;
   for (std::size_t i = 0; i < counts.size(); ++i) {

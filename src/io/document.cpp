@@ -31,7 +31,9 @@ Document document_from_json(std::string_view text) {
                 detail::describe(doc));
   if (doc.contains("format")) return detail::snapshot_from_document(doc);
   if (doc.contains("physical_to_logical_map")) return detail::placement_from_document(doc, 0, 0);
-  if (doc.contains("logical_count")) return detail::logical_counts_from_document(doc);
+  if (detail::holds_counts(doc)) {
+    return detail::logical_counts_from_document(doc, Fractions::kRefuse);
+  }
   std::string keys;
   for (const auto& item : doc.items()) {
     if (!keys.empty()) keys += ", ";
@@ -52,7 +54,7 @@ Document read_document(const std::filesystem::path& path) {
   try {
     return document_from_json(text);
   } catch (const Error& error) {
-    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+    throw error.with_context(path.string());
   }
 }
 

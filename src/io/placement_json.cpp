@@ -45,10 +45,8 @@ Placement detail::placement_from_document(const Json& doc, std::int64_t num_logi
     return Placement(shape[0], shape[1], num_logical,
                      std::vector<std::int32_t>(ids.begin(), ids.end()), version);
   } catch (const Error& error) {
-    // Placement's own checks (replicas, id ranges) phrased as a problem of this key.
-    std::string_view why = error.message();
-    if (why.starts_with("placement: ")) why.remove_prefix(11);
-    MOESTAT_FAIL("{} is not a valid placement: {}", kKey, why);
+    // Placement's own checks (replicas, id ranges) as a problem of this key.
+    throw error.with_context(fmt::format("{} is not a valid placement", kKey));
   }
 }
 

@@ -90,7 +90,7 @@ PtValue read_pt(std::span<const std::byte> bytes, std::string_view name,
   try {
     return read_archive(bytes, limits);
   } catch (const Error& error) {
-    MOESTAT_FAIL("{}: {}", name, error.message());
+    throw error.with_context(std::string(name));
   }
 }
 

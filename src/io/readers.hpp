@@ -11,6 +11,8 @@ namespace moestat::io::detail {
 Snapshot snapshot_from_document(const Json& document);
 Placement placement_from_document(const Json& document, std::int64_t num_logical_experts,
                                   std::uint64_t version);
-LogicalCounts logical_counts_from_document(const Json& document);
+/// Whether the document has a counts key ("logical_count" or "expert_popularity").
+bool holds_counts(const Json& document);
+CountWindow logical_counts_from_document(const Json& document, Fractions fractions);
 
 }  // namespace moestat::io::detail

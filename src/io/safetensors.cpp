@@ -165,7 +165,7 @@ SafetensorsFile read_safetensors(std::span<const std::byte> bytes, std::string_v
   try {
     return parse(bytes);
   } catch (const Error& error) {
-    MOESTAT_FAIL("{}: {}", name, error.message());
+    throw error.with_context(std::string(name));
   }
 }
 

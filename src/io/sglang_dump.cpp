@@ -22,18 +22,6 @@ HostTensor count_tensor(std::vector<std::int64_t> shape, std::span<const std::in
   return HostTensor::of<std::int32_t>(std::move(shape), narrow);
 }
 
-void require_valid(const LogicalCounts& counts) {
-  MOESTAT_CHECK(counts.window_size > 0 && counts.num_layers > 0 && counts.num_experts > 0 &&
-                    (counts.has_window_axis || counts.window_size == 1) &&
-                    std::int64_t(counts.counts.size()) ==
-                        counts.window_size * counts.num_layers * counts.num_experts,
-                "logical counts of {} values do not fill [{}, {}, {}]", counts.counts.size(),
-                counts.window_size, counts.num_layers, counts.num_experts);
-  MOESTAT_CHECK(std::all_of(counts.counts.begin(), counts.counts.end(),
-                            [](std::int64_t count) { return count >= 0; }),
-                "logical counts hold a negative count");
-}
-
 HostTensor map_tensor(const Placement& placement) {
   const auto map = placement.physical_to_logical();
   const std::vector<std::int64_t> wide(map.begin(), map.end());
@@ -76,9 +64,10 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank)
               : fmt::format("expert_distribution_recorder_{}.pt", time);
 }
 
-PtValue sglang_stat_dump(const LogicalCounts& counts, std::int64_t rank,
+PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
                          std::optional<double> average_utilization) {
-  require_valid(counts);
+  counts.validate("logical counts");
+  counts.require_whole_counts("logical counts");
   std::vector<std::int64_t> shape{counts.num_layers, counts.num_experts};
   if (counts.has_window_axis) shape.insert(shape.begin(), counts.window_size);
   return PtValue(
@@ -163,7 +152,7 @@ std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placemen
     case RecordMode::kStat:
     case RecordMode::kStatApprox:
       require_same_topology(snapshot, placement);
-      dump = sglang_stat_dump(logical_counts_of(snapshot), rank);
+      dump = sglang_stat_dump(count_window_of(snapshot), rank);
       path = folder / sglang_dump_name(now);
       break;
     case RecordMode::kPerPass:

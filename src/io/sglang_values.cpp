@@ -31,25 +31,22 @@ std::vector<std::int64_t> integer_tensor(const HostTensor& tensor, std::string_v
   return tensor.to_int64();
 }
 
-LogicalCounts counts_of_tensor(const HostTensor& tensor) {
+CountWindow counts_of_tensor(const HostTensor& tensor) {
   MOESTAT_CHECK(tensor.shape.size() == 2 || tensor.shape.size() == 3,
                 "logical_count has {} dimensions, expected [L, E] or [W, L, E]",
                 tensor.shape.size());
-  LogicalCounts out;
+  CountWindow out;
   out.counts = integer_tensor(tensor, "logical_count", tensor.shape.size());
   out.has_window_axis = tensor.shape.size() == 3;
   out.window_size = out.has_window_axis ? tensor.shape[0] : 1;
   out.num_layers = tensor.shape[tensor.shape.size() - 2];
   out.num_experts = tensor.shape.back();
-  const auto negative = std::find_if(out.counts.begin(), out.counts.end(),
-                                     [](std::int64_t count) { return count < 0; });
-  MOESTAT_CHECK(negative == out.counts.end(), "logical_count holds a negative count {} at {}",
-                negative == out.counts.end() ? 0 : *negative, negative - out.counts.begin());
+  out.validate("logical_count");
   return out;
 }
 
 /// Per-pass and per-token dumps: physical counts of each record, mapped to logical experts.
-LogicalCounts counts_of_records(const PtValue& dump) {
+CountWindow counts_of_records(const PtValue& dump) {
   const HostTensor& map_tensor = dump.at("last_physical_to_logical_map").tensor();
   const std::vector<std::int64_t> map =
       integer_tensor(map_tensor, "last_physical_to_logical_map", 2);
@@ -60,7 +57,7 @@ LogicalCounts counts_of_records(const PtValue& dump) {
   MOESTAT_CHECK(*low >= 0 && *high < slots,
                 "last_physical_to_logical_map holds id {}, outside [0, {})",
                 *low < 0 ? *low : *high, slots);
-  LogicalCounts out;
+  CountWindow out;
   out.has_window_axis = true;
   out.num_layers = layers;
   out.num_experts = *high + 1;
@@ -69,6 +66,10 @@ LogicalCounts counts_of_records(const PtValue& dump) {
   out.window_size = std::int64_t(records.size());
   out.counts.assign(std::size_t(out.window_size * layers * out.num_experts), 0);
   for (std::size_t pass = 0; pass < records.size(); ++pass) {
+    if (const PtValue* id = records[pass].find("forward_pass_id");
+        id != nullptr && id->kind() == PtValue::Kind::kInt) {
+      out.pass_ids.push_back(id->as_int());
+    }
     const HostTensor& physical = records[pass].at("global_physical_count").tensor();
     const std::string name = fmt::format("records[{}].global_physical_count", pass);
     const std::vector<std::int64_t> counts = integer_tensor(physical, name, 2);
@@ -87,12 +88,13 @@ LogicalCounts counts_of_records(const PtValue& dump) {
       }
     }
   }
+  if (out.pass_ids.size() != records.size()) out.pass_ids.clear();  // some record had no id
   return out;
 }
 
 }  // namespace
 
-LogicalCounts logical_counts_from_pt(const PtValue& value) {
+CountWindow logical_counts_from_pt(const PtValue& value) {
   if (const PtValue* counts = value.find("logical_count")) {
     return counts_of_tensor(counts->tensor());
   }

@@ -290,18 +290,4 @@ Snapshot detail::snapshot_from_document(const Json& doc) {
   return s;
 }
 
-LogicalCounts logical_counts_of(const Snapshot& snapshot) {
-  MOESTAT_CHECK(snapshot.window_size() > 0,
-                "the snapshot holds no pass window (mode {}, {} passes kept): no logical_count "
-                "to write",
-                record_mode_name(snapshot.mode), snapshot.window_size());
-  LogicalCounts out;
-  out.window_size = snapshot.window_size();
-  out.num_layers = snapshot.num_layers;
-  out.num_experts = snapshot.num_logical_experts;
-  out.has_window_axis = true;
-  out.counts = snapshot.logical_counts;
-  return out;
-}
-
 }  // namespace moestat::io

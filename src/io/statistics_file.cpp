@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "json_support.hpp"
+#include "readers.hpp"
 
 namespace moestat::io {
 namespace {
@@ -88,7 +89,7 @@ auto naming(const std::filesystem::path& path, Body&& body) {
     return body();
   } catch (const Error& error) {
     if (error.message().starts_with(printable(path.string()))) throw;
-    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+    throw error.with_context(path.string());
   }
 }
 
@@ -131,9 +132,9 @@ FileFormat format_of_extension(const std::filesystem::path& path) {
                path.string(), extension);
 }
 
-LogicalCounts read_logical_counts(const std::filesystem::path& path) {
+CountWindow read_counts(const std::filesystem::path& path, Fractions fractions) {
   const std::string bytes = read_text_file(path);
-  return naming(path, [&]() -> LogicalCounts {
+  return naming(path, [&]() -> CountWindow {
     switch (detect(path, bytes)) {
       case FileFormat::kPt:
         return logical_counts_from_pt(read_pt(as_bytes(bytes), path.string()));
@@ -145,17 +146,22 @@ LogicalCounts read_logical_counts(const std::filesystem::path& path) {
       case FileFormat::kJson:
         break;
     }
-    const Document document = document_from_json(bytes);
-    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
-      return logical_counts_of(*snapshot);
+    // Detected as document_from_json detects documents, the counts read with `fractions`.
+    const detail::Json document = detail::parse_json(bytes);
+    const bool object = document.is_object();
+    if (object && document.contains("format")) {
+      return count_window_of(detail::snapshot_from_document(document));
     }
-    MOESTAT_CHECK(document_kind(document) == DocumentKind::kLogicalCounts,
-                  "holds a {}, not logical counts", document_kind_name(document_kind(document)));
-    return std::get<LogicalCounts>(document);
+    if (object && !document.contains("physical_to_logical_map") && detail::holds_counts(document)) {
+      return detail::logical_counts_from_document(document, fractions);
+    }
+    // Not counts: document_from_json says what it is instead, or why it is nothing.
+    const Document other = document_from_json(bytes);
+    MOESTAT_FAIL("holds a {}, not logical counts", document_kind_name(document_kind(other)));
   });
 }
 
-void write_logical_counts(const std::filesystem::path& path, const LogicalCounts& counts) {
+void write_counts(const std::filesystem::path& path, const CountWindow& counts) {
   switch (format_of_extension(path)) {
     case FileFormat::kJson:
       return write_file_atomically(path, logical_counts_to_json(counts));
@@ -304,7 +310,7 @@ StatisticsFile read_statistics_file(const std::filesystem::path& path) {
       if (value.find(kMaskKey) != nullptr || value.kind() == PtValue::Kind::kTensor) {
         return read_expert_mask(path);
       }
-      return read_logical_counts(path);
+      return read_counts(path);
     }
     case FileFormat::kSafetensors:
     case FileFormat::kJson:
@@ -312,15 +318,15 @@ StatisticsFile read_statistics_file(const std::filesystem::path& path) {
   }
   if (has("\"physical_to_logical_map\"")) return read_placement(path);
   if (has(std::string("\"") + std::string(kMaskKey) + "\"")) return read_expert_mask(path);
-  return read_logical_counts(path);
+  return read_counts(path);
 }
 
 void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file) {
   std::visit(
       [&](const auto& value) {
         using T = std::decay_t<decltype(value)>;
-        if constexpr (std::is_same_v<T, LogicalCounts>) {
-          write_logical_counts(path, value);
+        if constexpr (std::is_same_v<T, CountWindow>) {
+          write_counts(path, value);
         } else if constexpr (std::is_same_v<T, Placement>) {
           write_placement(path, value);
         } else {

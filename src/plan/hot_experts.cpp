@@ -120,8 +120,8 @@ std::int64_t hot_expert_budget_ratio(const ExpertLoads& loads, double ratio) {
   return std::llround(ratio * double(num_moe_layers(loads) * loads.num_experts));
 }
 
-HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
-                                 const HotExpertOptions& options) {
+ExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
+                              const HotExpertOptions& options) {
   loads.validate();
   const std::int64_t E = loads.num_experts;
   std::vector<std::int64_t> moe_layers;
@@ -137,19 +137,18 @@ HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
                 "hot experts: need 0 <= min_share <= max_share, got {} and {}", options.min_share,
                 options.max_share);
 
-  HotExpertMask mask;
+  ExpertMask mask;
   mask.num_layers = loads.num_layers;
   mask.num_experts = E;
-  mask.budget = budget;
   mask.on_gpu.assign(std::size_t(loads.num_layers * E), 1);  // dense layers stay all 1
-  mask.layer_count.assign(std::size_t(loads.num_layers), E);
+  std::vector<std::int64_t> layer_count(std::size_t(loads.num_layers), E);
   for (const std::int64_t l : moe_layers) {
     std::fill_n(mask.on_gpu.begin() + std::ptrdiff_t(l * E), E, std::uint8_t{0});
-    mask.layer_count[std::size_t(l)] = 0;
+    layer_count[std::size_t(l)] = 0;
   }
   const auto put = [&](std::int64_t layer, std::int64_t expert) {
     mask.on_gpu[std::size_t(layer * E + expert)] = 1;
-    ++mask.layer_count[std::size_t(layer)];
+    ++layer_count[std::size_t(layer)];
   };
 
   switch (options.strategy) {
@@ -206,7 +205,7 @@ HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
       while (left > 0) {
         const std::int64_t cell = cells.next(
             [&](std::int64_t c) { return mask.on_gpu[std::size_t(c)] != 0; },
-            [&](std::size_t r) { return mask.layer_count[std::size_t(moe_layers[r])] >= high; });
+            [&](std::size_t r) { return layer_count[std::size_t(moe_layers[r])] >= high; });
         if (cell < 0) break;
         put(cell / E, cell % E);
         --left;

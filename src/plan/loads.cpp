@@ -25,14 +25,26 @@ void ExpertLoads::validate() const {
   }
 }
 
-ExpertLoads LoadWindow::total() const {
-  MOESTAT_CHECK(!passes.empty(), "a load window needs at least one pass");
-  ExpertLoads out = passes.front();
-  for (std::size_t pass = 1; pass < passes.size(); ++pass) {
-    for (std::size_t i = 0; i < out.values.size(); ++i) out.values[i] += passes[pass].values[i];
+ExpertLoads loads_of(const CountWindow& window, std::int64_t first, std::int64_t end) {
+  MOESTAT_CHECK(0 <= first && first < end && end <= window.window_size,
+                "passes [{}, {}) are not a non-empty part of a window of {}", first, end,
+                window.window_size);
+  const auto size = std::size_t(window.pass_size());
+  ExpertLoads out{window.num_layers, window.num_experts, std::vector<double>(size, 0.0)};
+  const auto add = [&](const auto& values) {
+    for (auto pass = std::size_t(first); pass < std::size_t(end); ++pass) {
+      for (std::size_t i = 0; i < size; ++i) out.values[i] += double(values[pass * size + i]);
+    }
+  };
+  if (window.is_fractional()) {
+    add(window.fractional_counts);
+  } else {
+    add(window.counts);
   }
   return out;
 }
+
+ExpertLoads loads_of(const CountWindow& window) { return loads_of(window, 0, window.window_size); }
 
 ExpertLoads normalised_per_layer(const ExpertLoads& loads) {
   ExpertLoads out = loads;
@@ -61,17 +73,18 @@ ExpertLoads equal_weight_sum(std::span<const ExpertLoads> scenarios) {
   return out;
 }
 
-std::vector<ExpertLoads> window_scenarios(const LoadWindow& window, std::int64_t max_groups) {
-  std::vector<const ExpertLoads*> loaded;
+std::vector<ExpertLoads> window_scenarios(const CountWindow& window, std::int64_t max_groups) {
+  std::vector<ExpertLoads> loaded;
   std::vector<double> mass;
-  for (const ExpertLoads& pass : window.passes) {
-    const double total = std::accumulate(pass.values.begin(), pass.values.end(), 0.0);
+  for (std::int64_t pass = 0; pass < window.window_size; ++pass) {
+    ExpertLoads loads = loads_of(window, pass, pass + 1);
+    const double total = std::accumulate(loads.values.begin(), loads.values.end(), 0.0);
     if (total > 0.0) {
-      loaded.push_back(&pass);
+      loaded.push_back(std::move(loads));
       mass.push_back(total);
     }
   }
-  if (loaded.size() <= 1) return {window.total()};
+  if (loaded.size() <= 1) return {loads_of(window)};
   // Groups of consecutive passes holding about equal shares of the window's assignments:
   // a window mixes a few large prefill passes with many small decode passes, and a group of
   // small passes alone is mostly sampling noise, which a planner would fit.
@@ -87,12 +100,12 @@ std::vector<ExpertLoads> window_scenarios(const LoadWindow& window, std::int64_t
                  static_cast<std::int64_t>((before + mass[i] / 2) / window_mass * double(groups)));
     before += mass[i];
     if (group != current_group) {
-      out.push_back(*loaded[i]);
+      out.push_back(std::move(loaded[i]));
       current_group = group;
       continue;
     }
     std::vector<double>& sum = out.back().values;
-    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += loaded[i]->values[k];
+    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += loaded[i].values[k];
   }
   return out;
 }

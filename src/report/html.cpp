@@ -5,6 +5,7 @@
 #include <iterator>
 #include <moestat/report.hpp>
 #include <numeric>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -51,37 +52,39 @@ std::string label_of(const Evaluation& evaluation) {
                                        : "the given placement";
 }
 
-std::int64_t layer_total(const Recording& recording, std::int64_t layer) {
-  const auto* row = recording.totals.data() + layer * recording.num_experts;
-  return std::accumulate(row, row + recording.num_experts, std::int64_t{0});
+std::int64_t layer_total(const Recording& recording, std::span<const std::int64_t> totals,
+                         std::int64_t layer) {
+  const auto* row = totals.data() + layer * recording.num_experts();
+  return std::accumulate(row, row + recording.num_experts(), std::int64_t{0});
 }
 
 /// Expert ids of `layer` by descending load (ties: lower id first).
-std::vector<std::int64_t> hottest(const Recording& recording, std::int64_t layer,
-                                  std::int64_t count) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(recording.num_experts));
+std::vector<std::int64_t> hottest(const Recording& recording, std::span<const std::int64_t> totals,
+                                  std::int64_t layer, std::int64_t count) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(recording.num_experts()));
   std::iota(order.begin(), order.end(), 0);
-  const auto* row = recording.totals.data() + layer * recording.num_experts;
-  const auto n = std::min<std::int64_t>(count, recording.num_experts);
+  const auto* row = totals.data() + layer * recording.num_experts();
+  const auto n = std::min<std::int64_t>(count, recording.num_experts());
   std::partial_sort(order.begin(), order.begin() + n, order.end(),
                     [&](std::int64_t a, std::int64_t b) { return row[a] > row[b]; });
   order.resize(std::size_t(n));
   return order;
 }
 
-void write_metadata(std::string& out, const Recording& recording, const Options& options,
+void write_metadata(std::string& out, const Recording& recording,
+                    std::span<const std::int64_t> totals, const Options& options,
                     const std::vector<Evaluation>& evaluations) {
   std::int64_t total = 0, loaded_layers = 0;
-  for (std::int64_t layer = 0; layer < recording.num_layers; ++layer) {
-    const std::int64_t sum = layer_total(recording, layer);
+  for (std::int64_t layer = 0; layer < recording.num_layers(); ++layer) {
+    const std::int64_t sum = layer_total(recording, totals, layer);
     total += sum;
     loaded_layers += sum > 0 ? 1 : 0;
   }
   std::vector<std::pair<std::string, std::string>> rows = {
       {"file", recording.source},
       {"kind", recording.kind},
-      {"layers", fmt::format("{} ({} with load)", recording.num_layers, loaded_layers)},
-      {"logical experts", fmt::format("{}", recording.num_experts)},
+      {"layers", fmt::format("{} ({} with load)", recording.num_layers(), loaded_layers)},
+      {"logical experts", fmt::format("{}", recording.num_experts())},
       {"token assignments", fmt::format("{}", total)},
       {"passes with per-pass loads", fmt::format("{}", recording.num_passes())},
       {"GPUs", fmt::format("{}", options.num_gpus)}};
@@ -98,14 +101,15 @@ void write_metadata(std::string& out, const Recording& recording, const Options&
   out += "</table>\n";
 }
 
-void write_heatmap(std::string& out, const Recording& recording) {
-  const std::int64_t num_layers = recording.num_layers, num_experts = recording.num_experts;
+void write_heatmap(std::string& out, const Recording& recording,
+                   std::span<const std::int64_t> totals) {
+  const std::int64_t num_layers = recording.num_layers(), num_experts = recording.num_experts();
   const std::int64_t cell_w = std::clamp<std::int64_t>(1024 / num_experts, 2, 48);
   const std::int64_t cell_h = std::clamp<std::int64_t>(640 / num_layers, 4, 24);
   const std::int64_t left = 56, top = 28;
   const std::int64_t width = left + cell_w * num_experts + 8;
   const std::int64_t height = top + cell_h * num_layers + 8;
-  const detail::LogColourScale scale(recording.totals);
+  const detail::LogColourScale scale(totals);
   out += "<h2>Load per layer and expert</h2>\n";
   fmt::format_to(std::back_inserter(out),
                  "<p>Token assignments, log colour scale from {} (dark) to {} (bright); grey: "
@@ -133,7 +137,7 @@ void write_heatmap(std::string& out, const Recording& recording) {
     fmt::format_to(std::back_inserter(out), "<g transform=\"translate({},{})\">", left,
                    top + layer * cell_h);
     for (std::int64_t expert = 0; expert < num_experts; ++expert) {
-      const std::int64_t load = recording.totals[std::size_t(layer * num_experts + expert)];
+      const std::int64_t load = totals[std::size_t(layer * num_experts + expert)];
       fmt::format_to(std::back_inserter(out), "<rect class=\"cell\" x=\"{}\" fill=\"{}\"/>",
                      expert * cell_w, detail::hex(scale(load)));
     }
@@ -141,10 +145,10 @@ void write_heatmap(std::string& out, const Recording& recording) {
   }
   out += "</g>\n<g class=\"hot\">\n";
   for (std::int64_t layer = 0; layer < num_layers; ++layer) {
-    const std::int64_t total = layer_total(recording, layer);
+    const std::int64_t total = layer_total(recording, totals, layer);
     if (total == 0) continue;
-    const std::int64_t expert = hottest(recording, layer, 1)[0];
-    const std::int64_t load = recording.totals[std::size_t(layer * num_experts + expert)];
+    const std::int64_t expert = hottest(recording, totals, layer, 1)[0];
+    const std::int64_t load = totals[std::size_t(layer * num_experts + expert)];
     fmt::format_to(std::back_inserter(out),
                    "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
                    "stroke=\"#e4002b\" stroke-width=\"1.5\"><title>layer {} expert {}: {} "
@@ -174,7 +178,7 @@ std::vector<double> relative_gpu_loads(const Recording& recording, std::int64_t 
                                        const Evaluation& evaluation, bool peak) {
   std::vector<double> out(static_cast<std::size_t>(gpus), 0.0);
   double total = 0.0;
-  for (std::int64_t layer = 0; layer < recording.num_layers; ++layer) {
+  for (std::int64_t layer = 0; layer < recording.num_layers(); ++layer) {
     const double* row = evaluation.gpu_loads.data() + layer * gpus;
     const double mean = std::accumulate(row, row + gpus, 0.0) / double(gpus);
     total += mean;
@@ -286,26 +290,26 @@ void write_line_chart(std::string& out, std::string_view id, std::string_view ti
                  left + plot_w / 2, top + plot_h + 24, x_label, n == 0 ? 0 : n - 1);
 }
 
-void write_hottest_table(std::string& out, const Recording& recording, const Options& options) {
+void write_hottest_table(std::string& out, const Recording& recording,
+                         std::span<const std::int64_t> totals, const Options& options) {
   fmt::format_to(std::back_inserter(out),
                  "<h2>Hottest experts per layer</h2>\n<table class=\"hot\">\n<tr><th>layer</th>"
                  "<th>assignments</th><th>max / mean</th><th>top {} experts (share, x mean)</th>"
                  "</tr>\n",
                  options.top_experts);
-  for (std::int64_t layer = 0; layer < recording.num_layers; ++layer) {
-    const std::int64_t total = layer_total(recording, layer);
+  for (std::int64_t layer = 0; layer < recording.num_layers(); ++layer) {
+    const std::int64_t total = layer_total(recording, totals, layer);
     if (total == 0) continue;
-    const double mean = double(total) / double(recording.num_experts);
+    const double mean = double(total) / double(recording.num_experts());
     std::string experts;
-    const std::vector<std::int64_t> top = hottest(recording, layer, options.top_experts);
+    const std::vector<std::int64_t> top = hottest(recording, totals, layer, options.top_experts);
     for (std::int64_t expert : top) {
-      const auto load =
-          double(recording.totals[std::size_t(layer * recording.num_experts + expert)]);
+      const auto load = double(totals[std::size_t(layer * recording.num_experts() + expert)]);
       fmt::format_to(std::back_inserter(experts), "{}{} ({:.1f}%, {:.1f}x)",
                      experts.empty() ? "" : ", ", expert, 100.0 * load / double(total),
                      load / mean);
     }
-    const auto max = double(recording.totals[std::size_t(layer * recording.num_experts + top[0])]);
+    const auto max = double(totals[std::size_t(layer * recording.num_experts() + top[0])]);
     fmt::format_to(std::back_inserter(out),
                    "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{}</td></tr>\n", layer, total,
                    max / mean, experts);
@@ -329,15 +333,16 @@ table.hot tr:nth-child(even) { background: #f4f4f4; }
 std::string render_html(const Recording& recording, const Options& options) {
   recording.validate();
   const std::vector<Evaluation> evaluations = detail::evaluate(recording, options);
+  const std::vector<std::int64_t> totals = recording.counts.totals();  // [L, E]
   std::string out;
-  out.reserve(std::size_t(recording.num_layers * recording.num_experts) * 48 + 65536);
+  out.reserve(std::size_t(recording.num_layers() * recording.num_experts()) * 48 + 65536);
   fmt::format_to(std::back_inserter(out),
                  "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                  "<title>moestat report: {}</title>\n{}</head>\n<body>\n<h1>moestat report: "
                  "{}</h1>\n",
                  escape(recording.source), kStyle, escape(recording.source));
-  write_metadata(out, recording, options, evaluations);
-  write_heatmap(out, recording);
+  write_metadata(out, recording, totals, options, evaluations);
+  write_heatmap(out, recording, totals);
   write_gpu_bars(out, recording, options, evaluations, false);
   write_gpu_bars(out, recording, options, evaluations, true);
   write_line_chart(out, "layer-balancedness", "Balancedness per layer", "layer", evaluations,
@@ -346,7 +351,7 @@ std::string render_html(const Recording& recording, const Options& options) {
     write_line_chart(out, "pass-balancedness", "Balancedness over time", "pass in the window",
                      evaluations, &Evaluation::pass_balancedness);
   }
-  write_hottest_table(out, recording, options);
+  write_hottest_table(out, recording, totals, options);
   out +=
       "<p class=\"axis\">Balancedness: mean over layers with load of (mean GPU load / max "
       "GPU load); 1.0 is a perfect split.</p>\n</body>\n</html>\n";

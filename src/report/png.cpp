@@ -15,18 +15,19 @@ std::vector<std::uint8_t> render_heatmap_png(const Recording& recording, int cel
   recording.validate();
   MOESTAT_CHECK(cell_width > 0 && cell_height > 0 && cell_width <= 64 && cell_height <= 64,
                 "heatmap cells must be 1-64 pixels, got {} x {}", cell_width, cell_height);
-  const std::int64_t width = recording.num_experts * cell_width;
-  const std::int64_t height = recording.num_layers * cell_height;
+  const std::int64_t width = recording.num_experts() * cell_width;
+  const std::int64_t height = recording.num_layers() * cell_height;
   MOESTAT_CHECK(width <= 1 << 15 && height <= 1 << 15,
                 "heatmap of {} x {} pixels is too large for a PNG", width, height);
-  const detail::LogColourScale scale(recording.totals);
+  const std::vector<std::int64_t> totals = recording.counts.totals();  // [L, E]
+  const detail::LogColourScale scale(totals);
   std::vector<std::uint8_t> pixels(std::size_t(width * height * 3));
   for (std::int64_t y = 0; y < height; ++y) {
     const std::int64_t layer = y / cell_height;
     for (std::int64_t x = 0; x < width; ++x) {
       const std::int64_t expert = x / cell_width;
       const detail::Rgb colour =
-          scale(recording.totals[std::size_t(layer * recording.num_experts + expert)]);
+          scale(totals[std::size_t(layer * recording.num_experts() + expert)]);
       std::copy(colour.begin(), colour.end(), pixels.begin() + (y * width + x) * 3);
     }
   }

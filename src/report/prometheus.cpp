@@ -22,10 +22,11 @@ std::string value_text(double value) { return fmt::format("{}", value); }
 std::string prometheus_text(const Recording& recording, const Options& options) {
   recording.validate();
   const std::vector<detail::Evaluation> evaluations = detail::evaluate(recording, options);
-  const std::int64_t num_layers = recording.num_layers, num_experts = recording.num_experts;
+  const std::int64_t num_layers = recording.num_layers(), num_experts = recording.num_experts();
+  const std::vector<std::int64_t> totals = recording.counts.totals();  // [L, E]
   std::vector<bool> loaded(static_cast<std::size_t>(num_layers), false);
   for (std::int64_t i = 0; i < num_layers * num_experts; ++i) {
-    if (recording.totals[std::size_t(i)] > 0) loaded[std::size_t(i / num_experts)] = true;
+    if (totals[std::size_t(i)] > 0) loaded[std::size_t(i / num_experts)] = true;
   }
   std::string out;
   family(out, "moestat_expert_load",
@@ -35,7 +36,7 @@ std::string prometheus_text(const Recording& recording, const Options& options) 
     for (std::int64_t expert = 0; expert < num_experts; ++expert) {
       fmt::format_to(std::back_inserter(out),
                      "moestat_expert_load{{layer=\"{}\",expert=\"{}\"}} {}\n", layer, expert,
-                     recording.totals[std::size_t(layer * num_experts + expert)]);
+                     totals[std::size_t(layer * num_experts + expert)]);
     }
   }
   family(out, "moestat_gpu_load",

@@ -6,6 +6,7 @@
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/io/statistics.hpp>
+#include <moestat/printable.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/report.hpp>
 #include <variant>
@@ -13,20 +14,30 @@
 namespace moestat::report {
 namespace {
 
+/// One row over the whole recording, for a snapshot that keeps no pass window.
+CountWindow summary_row(const Snapshot& snapshot, std::vector<std::int64_t> totals) {
+  return {.window_size = 1,
+          .num_layers = snapshot.num_layers,
+          .num_experts = snapshot.num_logical_experts,
+          .has_window_axis = false,
+          .counts = std::move(totals)};
+}
+
 Recording from_snapshot(const Snapshot& snapshot) {
   Recording out;
   out.kind = fmt::format("moestat snapshot ({})", record_mode_name(snapshot.mode));
-  out.num_layers = snapshot.num_layers;
-  out.num_experts = snapshot.num_logical_experts;
-  out.totals = snapshot.logical_totals();
-  out.passes = snapshot.logical_counts;  // [W, L, E]; empty outside pass-window modes
-  if (!snapshot.decayed_logical_load.empty()) {
+  if (snapshot.window_size() > 0) {
+    out.counts = count_window_of(snapshot);
+  } else if (!snapshot.decayed_logical_load.empty()) {
     // Decayed mode keeps no counts, only exponentially decayed loads: show those, rounded.
-    out.totals.resize(snapshot.decayed_logical_load.size());
-    for (std::size_t i = 0; i < out.totals.size(); ++i) {
-      out.totals[i] = std::llround(snapshot.decayed_logical_load[i]);
+    std::vector<std::int64_t> rounded(snapshot.decayed_logical_load.size());
+    for (std::size_t i = 0; i < rounded.size(); ++i) {
+      rounded[i] = std::llround(snapshot.decayed_logical_load[i]);
     }
+    out.counts = summary_row(snapshot, std::move(rounded));
     out.metadata.emplace_back("loads", "decayed sums, rounded");
+  } else {
+    out.counts = summary_row(snapshot, snapshot.logical_totals());  // kept tokens tallied
   }
   auto& meta = out.metadata;
   meta.emplace_back("mode", std::string(record_mode_name(snapshot.mode)));
@@ -53,101 +64,78 @@ Recording from_snapshot(const Snapshot& snapshot) {
   return out;
 }
 
-Recording from_logical_counts(const io::LogicalCounts& counts) {
+Recording from_counts(CountWindow counts, std::string kind) {
   Recording out;
-  out.kind = "SGLang logical_count";
-  out.num_layers = counts.num_layers;
-  out.num_experts = counts.num_experts;
-  out.totals = counts.totals();
-  if (counts.has_window_axis) out.passes = counts.counts;
+  out.kind = std::move(kind);
   out.metadata.emplace_back(
       "shape",
       counts.has_window_axis
           ? fmt::format("[{}][{}][{}] (window, layer, expert)", counts.window_size,
                         counts.num_layers, counts.num_experts)
           : fmt::format("[{}][{}] (layer, expert)", counts.num_layers, counts.num_experts));
+  out.counts = std::move(counts);
   return out;
+}
+
+Recording load(const std::filesystem::path& path) {
+  const io::FileFormat format = io::detect_file_format(path);
+  if (format == io::FileFormat::kJson) {
+    // A snapshot says more than its counts (mode, top_k, tokens) and may keep counts outside
+    // a pass window, which read_counts does not take.
+    const io::Document document = io::read_document(path);
+    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
+      // Drawing allocates [L][E] from the sizes the snapshot declares; only counts it holds
+      // are worth that.
+      MOESTAT_CHECK(snapshot->window_size() > 0 || snapshot->num_tokens() > 0 ||
+                        !snapshot->decayed_logical_load.empty(),
+                    "the snapshot holds no counts to draw (mode {}, no pass in its window)",
+                    record_mode_name(snapshot->mode));
+      return from_snapshot(*snapshot);
+    }
+    MOESTAT_CHECK(io::document_kind(document) != io::DocumentKind::kPlacement,
+                  "is a placement (physical_to_logical_map), not a recording");
+    return from_counts(io::read_counts(path), "SGLang logical_count");
+  }
+  // .pt (SGLang dumps) and .safetensors hold counts (or a placement or a mask, which
+  // read_counts refuses by name).
+  return from_counts(io::read_counts(path),
+                     fmt::format("logical_count ({})", io::file_format_name(format)));
 }
 
 }  // namespace
 
 void Recording::validate() const {
-  MOESTAT_CHECK(num_layers > 0 && num_experts > 0,
-                "recording: needs at least one layer and one expert, got {} x {}", num_layers,
-                num_experts);
-  MOESTAT_CHECK(std::int64_t(totals.size()) == num_layers * num_experts,
-                "recording: totals hold {} values, expected {} layers x {} experts", totals.size(),
-                num_layers, num_experts);
-  MOESTAT_CHECK(std::int64_t(passes.size()) % (num_layers * num_experts) == 0,
-                "recording: per-pass loads hold {} values, not a multiple of {} x {}",
-                passes.size(), num_layers, num_experts);
-  for (std::int64_t load : totals) {
-    MOESTAT_CHECK(load >= 0, "recording: negative load {}", load);
-  }
+  counts.validate("recording");
+  counts.require_whole_counts("recording");
 }
-
-namespace {
-
-Recording load(const std::filesystem::path& path) {
-  Recording out;
-  if (io::detect_file_format(path) != io::FileFormat::kJson) {
-    // .pt (SGLang dumps) and .safetensors hold logical counts (or a placement or a mask,
-    // which read_logical_counts refuses by name).
-    out = from_logical_counts(io::read_logical_counts(path));
-    out.kind =
-        fmt::format("logical_count ({})", io::file_format_name(io::detect_file_format(path)));
-    out.source = path.string();
-    out.validate();
-    return out;
-  }
-  const io::Document document = io::read_document(path);
-  if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
-    // Drawing allocates [L][E] from the sizes the snapshot declares; only counts it holds
-    // are worth that.
-    MOESTAT_CHECK(snapshot->window_size() > 0 || snapshot->num_tokens() > 0 ||
-                      !snapshot->decayed_logical_load.empty(),
-                  "{}: the snapshot holds no counts to draw (mode {}, no pass in its window)",
-                  path.string(), record_mode_name(snapshot->mode));
-    out = from_snapshot(*snapshot);
-  } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {
-    out = from_logical_counts(*counts);
-  } else {
-    MOESTAT_FAIL(
-        "{}: is a placement (physical_to_logical_map), not a recording; pass it as "
-        "--placement",
-        path.string());
-  }
-  out.source = path.string();
-  out.validate();
-  return out;
-}
-
-}  // namespace
 
 Recording load_recording(const std::filesystem::path& path) {
   // Errors of a summary (a sum that overflows int64) name the file, as the readers' do
   // ("cannot read FILE: ..." and "FILE: ..." name it already).
   try {
-    return load(path);
+    Recording out = load(path);
+    out.source = path.string();
+    out.validate();
+    return out;
   } catch (const Error& error) {
     if (error.message().find(printable(path.string())) != std::string::npos) throw;
-    MOESTAT_FAIL("{}: {}", path.string(), error.message());
+    throw error.with_context(path.string());
   }
 }
 
 void Options::validate(const Recording& recording) const {
-  MOESTAT_CHECK(num_gpus > 0 && recording.num_experts % num_gpus == 0,
-                "--gpus {} must be positive and divide the recording's {} experts", num_gpus,
-                recording.num_experts);
+  MOESTAT_CHECK(num_gpus > 0 && recording.num_experts() % num_gpus == 0,
+                "the GPU count ({}) must be positive and divide the recording's {} experts",
+                num_gpus, recording.num_experts());
   MOESTAT_CHECK(top_experts > 0, "top_experts must be positive, got {}", top_experts);
   if (!placement) return;
-  MOESTAT_CHECK(placement->num_layers() == recording.num_layers &&
-                    placement->num_logical_experts() == recording.num_experts,
+  MOESTAT_CHECK(placement->num_layers() == recording.num_layers() &&
+                    placement->num_logical_experts() == recording.num_experts(),
                 "the placement has {} layers x {} experts, the recording {} x {}",
-                placement->num_layers(), placement->num_logical_experts(), recording.num_layers,
-                recording.num_experts);
+                placement->num_layers(), placement->num_logical_experts(), recording.num_layers(),
+                recording.num_experts());
   MOESTAT_CHECK(placement->num_physical_experts() % num_gpus == 0,
-                "--gpus {} must divide the placement's {} physical slots", num_gpus,
+                "the GPU count ({}) must divide the placement's {} physical slots", num_gpus,
                 placement->num_physical_experts());
 }
 

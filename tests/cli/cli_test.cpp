@@ -18,6 +18,7 @@
 
 #include "cli/cli_run.hpp"
 #include "io/test_support.hpp"
+#include "unit/counts_only.hpp"
 
 namespace moestat {
 namespace {
@@ -480,7 +481,7 @@ TEST(CliDemo, EndToEndFilesAreConsistent) {
   }
 
   // The SGLang-style file holds the same window.
-  const io::LogicalCounts counts =
+  const CountWindow counts =
       io::logical_counts_from_json(read_whole_file(dir.path() / "out" / "logical_count.json"));
   EXPECT_TRUE(counts.has_window_axis);
   EXPECT_EQ(counts.counts, s.logical_counts);
@@ -557,7 +558,7 @@ TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
     EXPECT_TRUE(has_line(run.out, "  moestat (", ".")) << run.out;
     EXPECT_TRUE(has_line(run.out, "  layer-balanced:", "%")) << run.out;
     // SGLang's files: the stat dump holds the snapshot's window; the placements load.
-    EXPECT_EQ(io::read_logical_counts(out / "logical_count.pt"),
+    EXPECT_EQ(io::read_counts(out / "logical_count.pt"),
               io::logical_counts_from_json(read_whole_file(out / "logical_count.json")));
     for (const char* plan : {"placement_deepseek.pt", "placement_moestat.pt"}) {
       const Placement placement = io::read_placement(out / plan);
@@ -704,7 +705,7 @@ TEST(CliConvert, CountsAndPlacementsRoundTripThroughEveryFormat) {
     }
     // The last hop wrote JSON again: equal to what the input says.
     if (stem == std::string("c")) {
-      EXPECT_EQ(io::read_logical_counts(from), io::logical_counts_of(small_snapshot()));
+      EXPECT_EQ(io::read_counts(from), test::counts_only(count_window_of(small_snapshot())));
     } else {
       EXPECT_TRUE(io::read_placement(from).same_maps(io::read_placement(placement)));
     }
@@ -749,7 +750,7 @@ TEST(CliConvert, UnknownExtensionListsEveryAcceptedOne) {
 TEST(CliInspect, TorchFileListsItsContentsAndSummarisesTheStatistics) {
   ScratchDir dir;
   const auto path = dir.path() / "dump.pt";
-  io::write_logical_counts(path, io::logical_counts_of(small_snapshot()));
+  io::write_counts(path, count_window_of(small_snapshot()));
   const CliRun text = run_cli("inspect " + quoted(path));
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_TRUE(contains(text.out, "kind:        SGLang logical_count")) << text.out;
@@ -815,39 +816,39 @@ TEST(CliInspect, TraceFileEvenWhileBeingWritten) {
   EXPECT_EQ(doc.at("num_tokens"), 3);
 }
 
-io::LogicalCounts numbered_counts(std::int64_t passes, std::int64_t experts, std::int64_t first) {
-  io::LogicalCounts counts{.window_size = passes,
-                           .num_layers = 2,
-                           .num_experts = experts,
-                           .has_window_axis = true,
-                           .counts = {}};
+CountWindow numbered_counts(std::int64_t passes, std::int64_t experts, std::int64_t first) {
+  CountWindow counts{.window_size = passes,
+                     .num_layers = 2,
+                     .num_experts = experts,
+                     .has_window_axis = true,
+                     .counts = {}};
   for (std::int64_t i = 0; i < passes * 2 * experts; ++i) counts.counts.push_back(first + i);
   return counts;
 }
 
 TEST(CliMerge, SumsPassByPassOrTotals) {
   ScratchDir dir;
-  const io::LogicalCounts rank0 = numbered_counts(2, 3, 0);
-  const io::LogicalCounts rank1 = numbered_counts(2, 3, 100);
-  io::write_logical_counts(dir.path() / "rank0.pt", rank0);
-  io::write_logical_counts(dir.path() / "rank1.json", rank1);
+  const CountWindow rank0 = numbered_counts(2, 3, 0);
+  const CountWindow rank1 = numbered_counts(2, 3, 100);
+  io::write_counts(dir.path() / "rank0.pt", rank0);
+  io::write_counts(dir.path() / "rank1.json", rank1);
   const auto out = dir.path() / "cluster.safetensors";
   const CliRun run = run_cli("merge " + quoted(out) + " " + quoted(dir.path() / "rank0.pt") + " " +
                              quoted(dir.path() / "rank1.json"));
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(contains(run.out, "2 files, 2 passes of 2 layers x 3 experts")) << run.out;
-  io::LogicalCounts expected = rank0;
+  CountWindow expected = rank0;
   for (std::size_t i = 0; i < expected.counts.size(); ++i) expected.counts[i] += rank1.counts[i];
-  EXPECT_EQ(io::read_logical_counts(out), expected);
+  EXPECT_EQ(io::read_counts(out), expected);
 
   // A third recording with another number of passes adds up only as totals.
-  io::write_logical_counts(dir.path() / "other.json", numbered_counts(3, 3, 7));
+  io::write_counts(dir.path() / "other.json", numbered_counts(3, 3, 7));
   const auto totals = dir.path() / "totals.json";
   const CliRun merged = run_cli("merge --totals " + quoted(totals) + " " + quoted(out) + " " +
                                 quoted(dir.path() / "other.json"));
   ASSERT_EQ(merged.code, 0) << merged.err;
   EXPECT_TRUE(contains(merged.out, "2 files, totals of 2 layers x 3 experts")) << merged.out;
-  const io::LogicalCounts read = io::read_logical_counts(totals);
+  const CountWindow read = io::read_counts(totals);
   EXPECT_FALSE(read.has_window_axis);
   std::vector<std::int64_t> sum = expected.totals();
   const std::vector<std::int64_t> other = numbered_counts(3, 3, 7).totals();
@@ -857,9 +858,9 @@ TEST(CliMerge, SumsPassByPassOrTotals) {
 
 TEST(CliMerge, MismatchesExitOneNamingTheFileAndWriteNothing) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "a.json", numbered_counts(2, 3, 0));
-  io::write_logical_counts(dir.path() / "b.json", numbered_counts(2, 4, 0));
-  io::write_logical_counts(dir.path() / "c.json", numbered_counts(5, 3, 0));
+  io::write_counts(dir.path() / "a.json", numbered_counts(2, 3, 0));
+  io::write_counts(dir.path() / "b.json", numbered_counts(2, 4, 0));
+  io::write_counts(dir.path() / "c.json", numbered_counts(5, 3, 0));
   const auto out = quoted(dir.path() / "out.pt");
   const auto a = quoted(dir.path() / "a.json");
   const CliRun experts = run_cli("merge " + out + " " + a + " " + quoted(dir.path() / "b.json"));

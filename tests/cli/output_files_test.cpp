@@ -33,8 +33,8 @@ using test::run_cli;
 using test::ScratchDir;
 
 /// Logical counts [2 passes][2 layers][3 experts] numbered from `first`.
-io::LogicalCounts counts_from(std::int64_t first) {
-  io::LogicalCounts counts{
+CountWindow counts_from(std::int64_t first) {
+  CountWindow counts{
       .window_size = 2, .num_layers = 2, .num_experts = 3, .has_window_axis = true, .counts = {}};
   for (std::int64_t i = 0; i < 12; ++i) counts.counts.push_back(first + i);
   return counts;
@@ -123,8 +123,8 @@ TEST(CliOutputs, IntegersBeyondSixtyFourBitsAreUsageErrors) {
 
 TEST(CliMerge, RefusesAnOutputThatExistsUnlessForced) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "a.json", counts_from(0));
-  io::write_logical_counts(dir.path() / "b.json", counts_from(100));
+  io::write_counts(dir.path() / "a.json", counts_from(0));
+  io::write_counts(dir.path() / "b.json", counts_from(100));
   const std::string before = read_whole_file(dir.path() / "a.json");
   // The user forgot OUT: a.json would have been overwritten with b.json's counts.
   const CliRun forgot =
@@ -133,18 +133,18 @@ TEST(CliMerge, RefusesAnOutputThatExistsUnlessForced) {
   EXPECT_TRUE(contains(forgot.err, "a.json exists; give --force")) << forgot.err;
   EXPECT_EQ(read_whole_file(dir.path() / "a.json"), before);
 
-  io::write_logical_counts(dir.path() / "out.json", counts_from(7));
+  io::write_counts(dir.path() / "out.json", counts_from(7));
   const CliRun forced =
       run_cli("merge --force " + quoted(dir.path() / "out.json") + " " +
               quoted(dir.path() / "a.json") + " " + quoted(dir.path() / "b.json"));
   ASSERT_EQ(forced.code, 0) << forced.err;
-  EXPECT_EQ(io::read_logical_counts(dir.path() / "out.json").counts[0], 0 + 100);
+  EXPECT_EQ(io::read_counts(dir.path() / "out.json").counts[0], 0 + 100);
 }
 
 TEST(CliMerge, RefusesAnOutputThatIsAlsoAnInputEvenWhenForced) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "a.json", counts_from(0));
-  io::write_logical_counts(dir.path() / "b.json", counts_from(100));
+  io::write_counts(dir.path() / "a.json", counts_from(0));
+  io::write_counts(dir.path() / "b.json", counts_from(100));
   fs::create_symlink("a.json", dir.path() / "link.json");
   const std::string before = read_whole_file(dir.path() / "a.json");
   for (const char* out : {"a.json", "link.json"}) {
@@ -161,7 +161,7 @@ TEST(CliMerge, RefusesAnOutputThatIsAlsoAnInputEvenWhenForced) {
 
 TEST(CliOutputs, ReportChecksEveryOutputBeforeWritingAny) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "counts.json", counts_from(1));
+  io::write_counts(dir.path() / "counts.json", counts_from(1));
   fs::create_directory(dir.path() / "a-directory.png");
   const std::string html = "--html " + quoted(dir.path() / "a.html");
   for (const std::string& png :
@@ -178,7 +178,7 @@ TEST(CliOutputs, ReportChecksEveryOutputBeforeWritingAny) {
 
 TEST(CliOutputs, NonRegularTargetsAreRefusedNotReplaced) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "in.json", counts_from(1));
+  io::write_counts(dir.path() / "in.json", counts_from(1));
   const fs::path fifo = dir.path() / "out.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const CliRun run = run_cli("convert " + quoted(dir.path() / "in.json") + " " + quoted(fifo));
@@ -189,11 +189,11 @@ TEST(CliOutputs, NonRegularTargetsAreRefusedNotReplaced) {
 
 TEST(CliOutputs, OverwriteKeepsTheModeAndWritesThroughASymbolicLink) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "in.json", counts_from(1));
-  io::write_logical_counts(dir.path() / "out.json", counts_from(50));
+  io::write_counts(dir.path() / "in.json", counts_from(1));
+  io::write_counts(dir.path() / "out.json", counts_from(50));
   ASSERT_EQ(::chmod((dir.path() / "out.json").c_str(), 0604), 0);
   fs::create_directory(dir.path() / "real");
-  io::write_logical_counts(dir.path() / "real" / "target.json", counts_from(50));
+  io::write_counts(dir.path() / "real" / "target.json", counts_from(50));
   fs::create_symlink("real/target.json", dir.path() / "link.json");
 
   for (const char* out : {"out.json", "link.json"}) {
@@ -204,9 +204,9 @@ TEST(CliOutputs, OverwriteKeepsTheModeAndWritesThroughASymbolicLink) {
   struct stat status {};
   ASSERT_EQ(::stat((dir.path() / "out.json").c_str(), &status), 0);
   EXPECT_EQ(status.st_mode & 07777, 0604u);
-  EXPECT_EQ(io::read_logical_counts(dir.path() / "out.json"), counts_from(1));
+  EXPECT_EQ(io::read_counts(dir.path() / "out.json"), counts_from(1));
   EXPECT_TRUE(fs::is_symlink(dir.path() / "link.json"));
-  EXPECT_EQ(io::read_logical_counts(dir.path() / "real" / "target.json"), counts_from(1));
+  EXPECT_EQ(io::read_counts(dir.path() / "real" / "target.json"), counts_from(1));
   EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
@@ -216,7 +216,7 @@ TEST(CliOutputs, SigintAndSigtermRemoveTheTemporaryFileBeingWritten) {
   for (const int signal : {SIGINT, SIGTERM}) {
     SCOPED_TRACE(signal);
     ScratchDir dir;
-    io::write_logical_counts(dir.path() / "in.json", counts_from(1));
+    io::write_counts(dir.path() / "in.json", counts_from(1));
     const pid_t pid = spawn_cli_with_shim(
         "stop", {"convert", (dir.path() / "in.json").string(), (dir.path() / "out.pt").string()});
     // Stopped just before fsync: the temporary file is written and not yet renamed.
@@ -234,7 +234,7 @@ TEST(CliOutputs, SigintAndSigtermRemoveTheTemporaryFileBeingWritten) {
 
 TEST(CliOutputs, TheNextWriteSweepsWhatAKilledWriterLeft) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "in.json", counts_from(1));
+  io::write_counts(dir.path() / "in.json", counts_from(1));
   const std::vector<std::string> args{"convert", (dir.path() / "in.json").string(),
                                       (dir.path() / "out.pt").string()};
   const pid_t pid = spawn_cli_with_shim("stop", args);
@@ -256,7 +256,7 @@ TEST(CliOutputs, TheNextWriteSweepsWhatAKilledWriterLeft) {
 
 TEST(CliOutputs, TheSweepTakesOnlyStaleTemporariesOfTheSameTarget) {
   ScratchDir dir;
-  io::write_logical_counts(dir.path() / "in.json", counts_from(1));
+  io::write_counts(dir.path() / "in.json", counts_from(1));
   const pid_t alive = ::getpid(), dead = dead_pid();
   const auto make = [&](const std::string& name, std::chrono::seconds age) {
     std::ofstream(dir.path() / name) << "partial";

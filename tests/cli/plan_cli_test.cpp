@@ -9,6 +9,7 @@
 #include <moestat/plan/hot_experts.hpp>
 #include <moestat/plan/metrics.hpp>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "cli/cli_run.hpp"
 
@@ -67,6 +68,29 @@ TEST(CliPlan, DeepseekWritesTheLibrarysPlanForEveryRowDenseOnesIncluded) {
   EXPECT_EQ(written.num_layers(), 4);
   EXPECT_TRUE(written.same_maps(plan::plan_deepseek(loads, kConfig)));
   EXPECT_NE(run.out.find("algorithm:   deepseek"), std::string::npos) << run.out;
+}
+
+TEST(CliPlan, PlansOnFractionalLoadsUnderEitherKey) {
+  // SGLang's published statistics and fiddler's expert_popularity are JSON numbers, which
+  // need not be whole: the planners take them as they are.
+  ScratchDir dir;
+  plan::ExpertLoads loads = small_loads(1);
+  for (double& value : loads.values) value = value / 4 + 0.125;
+  Json rows = Json::array();
+  for (std::int64_t l = 0; l < loads.num_layers; ++l) {
+    const std::span<const double> row = loads.row(l);
+    rows.push_back(std::vector<double>(row.begin(), row.end()));
+  }
+  for (const char* key : {"logical_count", "expert_popularity"}) {
+    SCOPED_TRACE(key);
+    const auto stats = dir.path() / (std::string(key) + ".json");
+    io::write_file_atomically(stats, Json{{key, rows}}.dump());
+    const auto out = dir.path() / (std::string(key) + "-placement.json");
+    const CliRun run = run_cli(fmt::format("plan --stats {} --algorithm deepseek {} --out {}",
+                                           quoted(stats), kShape, quoted(out)));
+    ASSERT_EQ(run.code, 0) << run.err;
+    EXPECT_TRUE(read_placement(out).same_maps(plan::plan_deepseek(loads, kConfig)));
+  }
 }
 
 TEST(CliPlan, MoestatTakesEveryFileAsAScenario) {
@@ -243,7 +267,7 @@ TEST(CliHotExperts, MaskFileAndHitRateMatchTheLibrary) {
       fmt::format("hot-experts --stats {} --strategy frequency --per-layer 3 --out {} --json",
                   quoted(stats), quoted(dir.path() / "m.json")));
   ASSERT_EQ(run.code, 0) << run.err;
-  const plan::HotExpertMask mask =
+  const ExpertMask mask =
       plan::choose_hot_experts(loads, 9, {.strategy = plan::HotExpertStrategy::kFrequency});
   const Json file = Json::parse(test::read_whole_file(dir.path() / "m.json"));
   std::vector<std::uint8_t> written;

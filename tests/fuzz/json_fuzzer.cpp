@@ -1,4 +1,5 @@
-// libFuzzer target: the JSON readers (snapshot, SGLang logical_count, placement, detection).
+// libFuzzer target: the JSON readers (snapshot, counts with and without fractions, placement,
+// detection).
 // Any input must read or throw moestat::Error.
 #include <moestat/error.hpp>
 #include <moestat/io/json.hpp>
@@ -15,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     (void)moestat::io::logical_counts_from_json(text);
+  } catch (const moestat::Error&) {
+  }
+  try {
+    (void)moestat::io::logical_counts_from_json(text, moestat::io::Fractions::kKeep);
   } catch (const moestat::Error&) {
   }
   return 0;

@@ -87,10 +87,10 @@ int main(int argc, char** argv) {
       std::filesystem::create_directories(dir / sub);
     }
     const Placement placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
-    const io::LogicalCounts counts = io::logical_counts_of(recorded(RecordMode::kStat));
-    const io::ExpertMask mask{2, 3, {1, 0, 1, 0, 0, 1}};
+    const CountWindow counts = count_window_of(recorded(RecordMode::kStat));
+    const ExpertMask mask{2, 3, {1, 0, 1, 0, 0, 1}};
     // .pt: every dump SGLang writes, a placement, a mask, a value of every kind.
-    io::write_logical_counts(dir / "pt" / "stat.pt", counts);
+    io::write_counts(dir / "pt" / "stat.pt", counts);
     io::write_pt_file(dir / "pt" / "per_pass.pt",
                       io::sglang_per_pass_dump(recorded(RecordMode::kPerPass), placement, 1));
     io::write_pt_file(dir / "pt" / "per_token.pt",
@@ -113,10 +113,10 @@ int main(int argc, char** argv) {
       io::write_file_atomically(path.string() + ".pkl", pickle);
     }
     // safetensors and JSON: counts, placement, mask; JSON also a snapshot of each mode.
-    io::write_logical_counts(dir / "safetensors" / "counts.safetensors", counts);
+    io::write_counts(dir / "safetensors" / "counts.safetensors", counts);
     io::write_placement(dir / "safetensors" / "placement.safetensors", placement);
     io::write_expert_mask(dir / "safetensors" / "mask.safetensors", mask);
-    io::write_logical_counts(dir / "json" / "counts.json", counts);
+    io::write_counts(dir / "json" / "counts.json", counts);
     io::write_placement(dir / "json" / "placement.json", placement);
     io::write_expert_mask(dir / "json" / "mask.json", mask);
     for (RecordMode mode :

@@ -151,14 +151,14 @@ TEST(ReadDocument, ErrorsStartWithThePath) {
 
 TEST(ReadDocument, ReadsWhatWasWritten) {
   ScratchDir dir;
-  io::LogicalCounts counts;
+  CountWindow counts;
   counts.num_layers = 1;
   counts.num_experts = 3;
   counts.counts = {4, 0, 9};
   io::write_file_atomically(dir.path() / "c.json", io::logical_counts_to_json(counts));
   const io::Document document = io::read_document(dir.path() / "c.json");
   ASSERT_EQ(io::document_kind(document), io::DocumentKind::kLogicalCounts);
-  EXPECT_EQ(std::get<io::LogicalCounts>(document), counts);
+  EXPECT_EQ(std::get<CountWindow>(document), counts);
 }
 
 }  // namespace

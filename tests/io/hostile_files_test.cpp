@@ -106,7 +106,7 @@ TEST(FormatDetection, ALegacyTorchFileSaysSo) {
   for (const std::string name : {"old.pt", "old.bin"}) {
     write_bytes(dir.path() / name, legacy);
     EXPECT_EQ(io::detect_file_format(dir.path() / name), io::FileFormat::kPt) << name;
-    expect_error([&] { io::read_logical_counts(dir.path() / name); },
+    expect_error([&] { io::read_counts(dir.path() / name); },
                  {name, "legacy torch.save file", "no zip signature"});
   }
 }
@@ -120,12 +120,12 @@ TEST(FormatDetection, ASafetensorsHeaderTooLongForTheFileIsASafetensorsError) {
   for (const std::string name : {"bad.safetensors", "bad.bin", "bad.json"}) {
     write_bytes(dir.path() / name, bytes + header);
     EXPECT_EQ(io::detect_file_format(dir.path() / name), io::FileFormat::kSafetensors) << name;
-    expect_error([&] { io::read_logical_counts(dir.path() / name); },
+    expect_error([&] { io::read_counts(dir.path() / name); },
                  {name, "not a safetensors file: header of 1000 bytes"});
   }
   // An absurd size whose bytes are all text is still safetensors by its name.
   write_bytes(dir.path() / "text.safetensors", "        {}");
-  expect_error([&] { io::read_logical_counts(dir.path() / "text.safetensors"); },
+  expect_error([&] { io::read_counts(dir.path() / "text.safetensors"); },
                {"not a safetensors file"});
 }
 
@@ -152,12 +152,11 @@ TEST(FormatDetection, JsonIsJsonAndAnythingElseIsNamedUnknown) {
   write_bytes(dir.path() / "doc", "{\"abc\": {\"logical_count\": 1}}");
   EXPECT_EQ(io::detect_file_format(dir.path() / "doc"), io::FileFormat::kJson);
   write_bytes(dir.path() / "counts", "\xef\xbb\xbf {\"logical_count\": [[1, 2]]}");
-  EXPECT_EQ(io::read_logical_counts(dir.path() / "counts").counts,
-            (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(io::read_counts(dir.path() / "counts").counts, (std::vector<std::int64_t>{1, 2}));
   write_bytes(dir.path() / "bad.json", "\x1b[2J\xff");
-  expect_error([&] { io::read_logical_counts(dir.path() / "bad.json"); }, {"not valid JSON"});
+  expect_error([&] { io::read_counts(dir.path() / "bad.json"); }, {"not valid JSON"});
   write_bytes(dir.path() / "random.bin", "\x1b[2J\xff\xfe garbage"s);
-  expect_error([&] { io::read_logical_counts(dir.path() / "random.bin"); },
+  expect_error([&] { io::read_counts(dir.path() / "random.bin"); },
                {"random.bin: not a file moestat reads", "\\x1b[2J\\xff\\xfe garbage"});
   write_bytes(dir.path() / "empty", "");
   expect_error([&] { io::detect_file_format(dir.path() / "empty"); }, {"empty: the file is empty"});
@@ -169,7 +168,7 @@ TEST(FileBytesInMessages, AreEscaped) {
   ScratchDir dir;
   write_bytes(dir.path() / "bad.json", "{\"logical_count\": \xff\x1b]0;pwned\x07}");
   try {
-    io::read_logical_counts(dir.path() / "bad.json");
+    io::read_counts(dir.path() / "bad.json");
     ADD_FAILURE() << "read a broken file";
   } catch (const Error& error) {
     for (const char c : error.message()) {
@@ -182,25 +181,25 @@ TEST(FileBytesInMessages, AreEscaped) {
 // ---- item 7: sums of counts are checked ----
 
 TEST(CountOverflow, LogicalCountsTotalsRefuseASumBeyondInt64) {
-  const io::LogicalCounts counts{.window_size = 1,
-                                 .num_layers = 2,
-                                 .num_experts = 2,
-                                 .has_window_axis = false,
-                                 .counts = {kMax, kMax, 2, 3}};
+  const CountWindow counts{.window_size = 1,
+                           .num_layers = 2,
+                           .num_experts = 2,
+                           .has_window_axis = false,
+                           .counts = {kMax, kMax, 2, 3}};
   expect_error([&] { static_cast<void>(counts.totals()); },
                {"the sum of logical_count overflows int64"});
   // Each total fits, but not their sum: refused too, so every later sum of totals fits.
-  const io::LogicalCounts split{.window_size = 1,
-                                .num_layers = 1,
-                                .num_experts = 2,
-                                .has_window_axis = false,
-                                .counts = {kMax, 1}};
+  const CountWindow split{.window_size = 1,
+                          .num_layers = 1,
+                          .num_experts = 2,
+                          .has_window_axis = false,
+                          .counts = {kMax, 1}};
   expect_error([&] { static_cast<void>(split.totals()); }, {"overflows int64"});
-  const io::LogicalCounts full{.window_size = 2,
-                               .num_layers = 1,
-                               .num_experts = 2,
-                               .has_window_axis = true,
-                               .counts = {kMax - 3, 0, 3, 0}};
+  const CountWindow full{.window_size = 2,
+                         .num_layers = 1,
+                         .num_experts = 2,
+                         .has_window_axis = true,
+                         .counts = {kMax - 3, 0, 3, 0}};
   EXPECT_EQ(full.totals(), (std::vector<std::int64_t>{kMax, 0}));
 }
 

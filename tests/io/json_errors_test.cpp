@@ -303,7 +303,7 @@ TEST(LogicalCountsJsonErrors, Malformed) {
 }
 
 TEST(LogicalCountsJsonErrors, WriterChecksSizes) {
-  io::LogicalCounts counts;
+  CountWindow counts;
   counts.num_layers = 2;
   counts.num_experts = 2;
   counts.counts = {1, 2, 3};

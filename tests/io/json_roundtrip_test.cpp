@@ -128,9 +128,9 @@ rc::Gen<Placement> gen_placement() {
   });
 }
 
-rc::Gen<io::LogicalCounts> gen_logical_counts() {
+rc::Gen<CountWindow> gen_logical_counts() {
   return rc::gen::exec([] {
-    io::LogicalCounts counts;
+    CountWindow counts;
     counts.has_window_axis = *rc::gen::arbitrary<bool>();
     counts.window_size = counts.has_window_axis ? *rc::gen::inRange<std::int64_t>(1, 5) : 1;
     counts.num_layers = *rc::gen::inRange<std::int64_t>(1, 5);
@@ -196,16 +196,16 @@ RC_GTEST_PROP(PlacementJson, RoundTripsTheMap, ()) {
 }
 
 RC_GTEST_PROP(LogicalCountsJson, RoundTrips, ()) {
-  const io::LogicalCounts counts = *gen_logical_counts();
+  const CountWindow counts = *gen_logical_counts();
   const std::string text = io::logical_counts_to_json(counts);
   RC_ASSERT(io::logical_counts_from_json(text) == counts);
   const io::Document document = io::document_from_json(text);
   RC_ASSERT(io::document_kind(document) == io::DocumentKind::kLogicalCounts);
-  RC_ASSERT(std::get<io::LogicalCounts>(document) == counts);
+  RC_ASSERT(std::get<CountWindow>(document) == counts);
 }
 
 RC_GTEST_PROP(LogicalCountsJson, ReadsNaivelyWrittenFiles, ()) {
-  const io::LogicalCounts counts = *gen_logical_counts();
+  const CountWindow counts = *gen_logical_counts();
   const std::vector<std::int64_t> shape =
       counts.has_window_axis
           ? std::vector<std::int64_t>{counts.window_size, counts.num_layers, counts.num_experts}
@@ -218,7 +218,7 @@ RC_GTEST_PROP(LogicalCountsJson, ReadsNaivelyWrittenFiles, ()) {
 }
 
 RC_GTEST_PROP(LogicalCountsJson, TotalsSumTheWindow, ()) {
-  io::LogicalCounts counts = *gen_logical_counts();
+  CountWindow counts = *gen_logical_counts();
   // Counts small enough that the sums cannot overflow.
   counts.counts = gen_vector(std::int64_t(counts.counts.size()),
                              rc::gen::inRange<std::int64_t>(0, std::int64_t(1) << 40));
@@ -276,19 +276,26 @@ INSTANTIATE_TEST_SUITE_P(EveryMode, RecorderSnapshotJson,
                            return std::string(record_mode_name(mode_info.param));
                          });
 
-TEST(LogicalCountsOf, TakesTheSnapshotWindow) {
+TEST(CountWindowOf, TakesTheSnapshotWindowAndWhatItSaysOfEachPass) {
   Snapshot snapshot;
   snapshot.num_layers = 1;
   snapshot.num_logical_experts = 2;
   snapshot.pass_ids = {4, 5};
+  snapshot.placement_versions = {0, 7};
+  snapshot.pass_num_tokens = {3, 5};
   snapshot.logical_counts = {1, 2, 3, 4};
-  const io::LogicalCounts counts = io::logical_counts_of(snapshot);
+  const CountWindow counts = count_window_of(snapshot);
   EXPECT_TRUE(counts.has_window_axis);
+  EXPECT_EQ(counts.pass_ids, snapshot.pass_ids);
+  EXPECT_EQ(counts.placement_versions, snapshot.placement_versions);
+  EXPECT_EQ(counts.pass_num_tokens, snapshot.pass_num_tokens);
   EXPECT_EQ(counts.window_size, 2);
   EXPECT_EQ(counts.counts, snapshot.logical_counts);
   EXPECT_EQ(counts.totals(), (std::vector<std::int64_t>{4, 6}));
   snapshot.pass_ids.clear();
-  test::expect_error([&] { io::logical_counts_of(snapshot); }, {"no pass window"});
+  snapshot.placement_versions.clear();
+  snapshot.pass_num_tokens.clear();
+  test::expect_error([&] { count_window_of(snapshot); }, {"no pass window"});
 }
 
 TEST(SnapshotJson, WritesNoWhitespaceInsideRowsAndOneKeyPerLine) {

@@ -15,7 +15,7 @@ TEST(ManyKeys, LogicalCountsWithTwoHundredThousandOtherKeys) {
   std::string text = R"({"logical_count": [[1, 2]])";
   for (int i = 0; i < 200000; ++i) text += fmt::format(", \"key{:07}\": 0", i);
   text += "}";
-  const io::LogicalCounts counts = io::logical_counts_from_json(text);
+  const CountWindow counts = io::logical_counts_from_json(text);
   EXPECT_EQ(counts.counts, (std::vector<std::int64_t>{1, 2}));
 }
 

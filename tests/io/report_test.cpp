@@ -33,13 +33,13 @@ Recording small_recording() {
   Recording r;
   r.source = "small <test>.json";
   r.kind = "test";
-  r.num_layers = 3;
-  r.num_experts = 4;
   // pass 0 and pass 1, [L, E] each
-  r.passes = {0, 0, 0, 0, 6, 1, 1, 0, 1, 1, 1, 1,  //
-              0, 0, 0, 0, 2, 0, 1, 1, 3, 1, 1, 1};
-  r.totals.assign(12, 0);
-  for (std::size_t i = 0; i < r.passes.size(); ++i) r.totals[i % 12] += r.passes[i];
+  r.counts = {.window_size = 2,
+              .num_layers = 3,
+              .num_experts = 4,
+              .has_window_axis = true,
+              .counts = {0, 0, 0, 0, 6, 1, 1, 0, 1, 1, 1, 1,  //
+                         0, 0, 0, 0, 2, 0, 1, 1, 3, 1, 1, 1}};
   r.metadata = {{"top_k", "2"}};
   return r;
 }
@@ -172,7 +172,7 @@ TEST(Report, PrometheusTextIsValidExposition) {
     for (int expert = 0; expert < 4; ++expert) {
       EXPECT_EQ(metrics.at(fmt::format("moestat_expert_load{{layer=\"{}\",expert=\"{}\"}}", layer,
                                        expert)),
-                double(r.totals[std::size_t(layer * 4 + expert)]));
+                double(r.counts.totals()[std::size_t(layer * 4 + expert)]));
     }
   }
   EXPECT_EQ(count(text, "moestat_expert_load{"), 8u);
@@ -193,7 +193,11 @@ TEST(Report, HtmlIsSelfContainedWithOneCellPerLayerAndExpert) {
   }
   // Without passes there is no chart over time.
   Recording totals_only = r;
-  totals_only.passes.clear();
+  totals_only.counts = {.window_size = 1,
+                        .num_layers = 3,
+                        .num_experts = 4,
+                        .has_window_axis = false,
+                        .counts = r.counts.totals()};
   EXPECT_EQ(report::render_html(totals_only, {.num_gpus = 2}).find("pass-balancedness"),
             std::string::npos);
 }
@@ -223,7 +227,7 @@ TEST(Report, HeatmapPngDecodesToTheLogScale) {
 TEST(Report, RejectsOptionsThatDoNotFit) {
   const Recording r = small_recording();
   test::expect_error([&] { report::render_html(r, {.num_gpus = 3}); },
-                     {"--gpus 3", "divide", "4 experts"});
+                     {"GPU count (3)", "divide", "4 experts"});
   const Options wrong_shape{.num_gpus = 2, .placement = Placement::trivial(2, 4, 4)};
   test::expect_error([&] { report::render_html(r, wrong_shape); },
                      {"placement has 2 layers x 4 experts", "recording 3 x 4"});
@@ -237,10 +241,10 @@ TEST(Report, LoadsRecordingsAndNamesTheFileOnErrors) {
   io::write_file_atomically(counts, R"({"logical_count": [[[1, 2], [0, 0]], [[3.0, 0], [1, 1]]]})");
   const Recording r = report::load_recording(counts);
   EXPECT_EQ(r.source, counts.string());
-  EXPECT_EQ(r.num_layers, 2);
-  EXPECT_EQ(r.num_experts, 2);
+  EXPECT_EQ(r.num_layers(), 2);
+  EXPECT_EQ(r.num_experts(), 2);
   EXPECT_EQ(r.num_passes(), 2);
-  EXPECT_EQ(r.totals, (std::vector<std::int64_t>{4, 2, 1, 1}));
+  EXPECT_EQ(r.counts.totals(), (std::vector<std::int64_t>{4, 2, 1, 1}));
 
   const auto placement = dir.path() / "placement.json";
   io::write_file_atomically(placement, R"({"physical_to_logical_map": [[0, 1]]})");
@@ -272,7 +276,8 @@ TEST(Report, LoadsSnapshotsOfEveryMode) {
     const std::vector<std::int64_t> layer1 = mode == RecordMode::kDecayed
                                                  ? std::vector<std::int64_t>{3, 5, 2, 0}
                                                  : std::vector<std::int64_t>{4, 6, 2, 0};
-    EXPECT_EQ(std::vector<std::int64_t>(r.totals.begin() + 4, r.totals.end()), layer1);
+    const std::vector<std::int64_t> totals = r.counts.totals();
+    EXPECT_EQ(std::vector<std::int64_t>(totals.begin() + 4, totals.end()), layer1);
     EXPECT_EQ(r.num_passes(), mode == RecordMode::kStat || mode == RecordMode::kPerPass ? 2 : 0);
     EXPECT_EQ(count(report::render_html(r, {.num_gpus = 2}), "<rect class=\"cell\""), 8u);
   }
@@ -283,8 +288,8 @@ TEST(Report, ReadsSglangsPublishedCounts) {
                     "deepseek-v3-sglang-stats" / "prefill_in512.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
   const Recording r = report::load_recording(path);
-  EXPECT_EQ(r.num_layers, 61);
-  EXPECT_EQ(r.num_experts, 256);
+  EXPECT_EQ(r.num_layers(), 61);
+  EXPECT_EQ(r.num_experts(), 256);
   const auto metrics = samples(report::prometheus_text(r, {.num_gpus = 32}));
   const double balancedness = metrics.at("moestat_balancedness{placement=\"identity\"}");
   EXPECT_GT(balancedness, 0.2);

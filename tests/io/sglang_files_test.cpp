@@ -12,6 +12,7 @@
 #include <moestat/record/cpu_recorder.hpp>
 
 #include "io/test_support.hpp"
+#include "unit/counts_only.hpp"
 
 namespace moestat::test {
 namespace {
@@ -97,15 +98,15 @@ TEST(SglangDump, StatDumpHoldsTheWindowAsInt32) {
   EXPECT_EQ(counts.dtype, DType::kInt32);
   EXPECT_EQ(counts.shape, (std::vector<std::int64_t>{3, 3, 4}));
   EXPECT_EQ(counts.to_int64(), snapshot.logical_counts);
-  EXPECT_EQ(io::read_logical_counts(path), io::logical_counts_of(snapshot));
+  EXPECT_EQ(io::read_counts(path), test::counts_only(count_window_of(snapshot)));
 }
 
 TEST(SglangDump, HugeCountsAreWrittenAsInt64) {
-  io::LogicalCounts counts{.window_size = 1,
-                           .num_layers = 1,
-                           .num_experts = 2,
-                           .has_window_axis = false,
-                           .counts = {std::int64_t(1) << 40, 1}};
+  CountWindow counts{.window_size = 1,
+                     .num_layers = 1,
+                     .num_experts = 2,
+                     .has_window_axis = false,
+                     .counts = {std::int64_t(1) << 40, 1}};
   const PtValue dump = io::sglang_stat_dump(counts, 2, 0.5);
   EXPECT_EQ(dump.at("logical_count").tensor().dtype, DType::kInt64);
   EXPECT_EQ(dump.at("logical_count").tensor().shape, (std::vector<std::int64_t>{1, 2}));
@@ -139,7 +140,7 @@ TEST(SglangDump, PerPassRecordsHoldEachPassesPhysicalCounts) {
                   .same_maps(kLater));
   // Read back as logical counts through the last map: the passes recorded under it agree
   // with the snapshot (those under the first placement need not: SGLang keeps one map).
-  const io::LogicalCounts logical = io::read_logical_counts(path);
+  const CountWindow logical = io::read_counts(path);
   ASSERT_EQ(logical.window_size, snapshot.window_size());
   const std::int64_t layer_size = 3 * 4;
   int later_passes = 0;
@@ -205,7 +206,7 @@ TEST(SglangDump, RefusesModesWithoutADump) {
 // ---- files torch.save wrote ----
 
 TEST(SglangFixtures, StatDumpAndPlacementReadThroughTheGenericLoaders) {
-  const io::LogicalCounts counts = io::read_logical_counts(kFixtures / "sglang_stat_dump.pt");
+  const CountWindow counts = io::read_counts(kFixtures / "sglang_stat_dump.pt");
   EXPECT_EQ(counts.window_size, 2);
   EXPECT_TRUE(counts.has_window_axis);
   EXPECT_EQ(counts.num_layers, 3);
@@ -214,7 +215,7 @@ TEST(SglangFixtures, StatDumpAndPlacementReadThroughTheGenericLoaders) {
   const Placement placement = io::read_placement(kFixtures / "sglang_placement.pt");
   EXPECT_EQ(placement.num_logical_experts(), 4);
   EXPECT_EQ(placement.logical_of(1, 5), 3);
-  expect_error([] { io::read_logical_counts(kFixtures / "sglang_placement.pt"); },
+  expect_error([] { io::read_counts(kFixtures / "sglang_placement.pt"); },
                {"sglang_placement.pt", "physical_to_logical_map"});
 }
 
@@ -236,14 +237,23 @@ TEST(Statistics, PlacementsRoundTripInEveryFormat) {
 
 TEST(Statistics, CountsRoundTripInEveryFormatAndAreDetectedByContent) {
   ScratchDir dir;
-  const io::LogicalCounts counts = io::logical_counts_of(recorded(RecordMode::kStat, kLater));
+  const CountWindow counts =
+      test::counts_only(count_window_of(recorded(RecordMode::kStat, kLater)));
   for (const char* name : {"c.json", "c.pt", "c.safetensors"}) {
-    io::write_logical_counts(dir.path() / name, counts);
-    EXPECT_EQ(io::read_logical_counts(dir.path() / name), counts) << name;
+    io::write_counts(dir.path() / name, counts);
+    EXPECT_EQ(io::read_counts(dir.path() / name), counts) << name;
     // Renamed to a wrong extension, the contents still decide.
     std::filesystem::copy_file(dir.path() / name, dir.path() / (std::string(name) + ".bin"));
-    EXPECT_EQ(io::read_logical_counts(dir.path() / (std::string(name) + ".bin")), counts);
+    EXPECT_EQ(io::read_counts(dir.path() / (std::string(name) + ".bin")), counts);
   }
+  // A moestat snapshot gives its window with what it knows of each pass.
+  const Snapshot snapshot = recorded(RecordMode::kStat, kLater);
+  io::write_file_atomically(dir.path() / "s.json", io::snapshot_to_json(snapshot));
+  const CountWindow window = io::read_counts(dir.path() / "s.json");
+  EXPECT_EQ(window, count_window_of(snapshot));
+  EXPECT_EQ(window.pass_ids, snapshot.pass_ids);
+  EXPECT_EQ(window.placement_versions, snapshot.placement_versions);
+  EXPECT_EQ(window.pass_num_tokens, snapshot.pass_num_tokens);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.json"), io::FileFormat::kJson);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.pt"), io::FileFormat::kPt);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.safetensors"), io::FileFormat::kSafetensors);
@@ -253,7 +263,7 @@ TEST(Statistics, CountsRoundTripInEveryFormatAndAreDetectedByContent) {
 
 TEST(Statistics, ExpertMasksRoundTripInEveryFormat) {
   ScratchDir dir;
-  const io::ExpertMask mask{2, 3, {1, 0, 0, 0, 1, 1}};
+  const ExpertMask mask{2, 3, {1, 0, 0, 0, 1, 1}};
   for (const char* name : {"m.json", "m.pt", "m.safetensors"}) {
     io::write_expert_mask(dir.path() / name, mask);
     EXPECT_EQ(io::read_expert_mask(dir.path() / name), mask) << name;
@@ -276,6 +286,44 @@ TEST(Statistics, IntegralFloatCountsAsSglangPublishesThem) {
                {"logical_count[0][0] is 1.5"});
 }
 
+TEST(Statistics, FiddlerExpertPopularityIsReadAsCounts) {
+  const std::string text =
+      R"({"total_input_tokens": 10, "expert_popularity": [[3, 1], [2, 2], [0, 4]]})";
+  const CountWindow counts = io::logical_counts_from_json(text);
+  EXPECT_FALSE(counts.has_window_axis);
+  EXPECT_EQ(counts.window_size, 1);
+  EXPECT_EQ(counts.num_layers, 3);
+  EXPECT_EQ(counts.num_experts, 2);
+  EXPECT_EQ(counts.counts, (std::vector<std::int64_t>{3, 1, 2, 2, 0, 4}));
+  EXPECT_EQ(io::document_kind(io::document_from_json(text)), io::DocumentKind::kLogicalCounts);
+  ScratchDir dir;
+  io::write_file_atomically(dir.path() / "popularity.json", text);
+  EXPECT_EQ(io::read_counts(dir.path() / "popularity.json"), counts);
+  expect_error([] { io::logical_counts_from_json(R"({"expert_popularity": [[[1]]]})"); },
+               {"expert_popularity has 3 levels", "expected [layers][experts] (2)"});
+  expect_error([] { io::logical_counts_from_json(R"({"expert_popularity": [[1, -2]]})"); },
+               {"expert_popularity[0][1] is -2"});
+}
+
+TEST(Statistics, FractionalLoadsAreKeptWhereAskedForAndNeverWrittenAsCounts) {
+  const CountWindow kept = io::logical_counts_from_json(
+      R"({"logical_count": [[[1.5, 2]], [[0, 0.25]]]})", io::Fractions::kKeep);
+  EXPECT_TRUE(kept.is_fractional());
+  EXPECT_TRUE(kept.counts.empty());
+  EXPECT_EQ(kept.fractional_counts, (std::vector<double>{1.5, 2, 0, 0.25}));
+  EXPECT_EQ(kept.window_size, 2);
+  // Whole entries stay exact counts even where fractions are allowed.
+  const CountWindow whole = io::logical_counts_from_json(
+      R"({"logical_count": [[9007199254740993, 2.0]]})", io::Fractions::kKeep);
+  EXPECT_FALSE(whole.is_fractional());
+  EXPECT_EQ(whole.counts, (std::vector<std::int64_t>{9007199254740993, 2}));
+  expect_error([&] { io::logical_counts_to_json(kept); },
+               {"logical_count[0][0][0] is 1.5", "whole token counts"});
+  expect_error([&] { kept.totals(); }, {"fractional"});
+  ScratchDir dir;
+  expect_error([&] { io::write_counts(dir.path() / "c.pt", kept); }, {"fractional"});
+}
+
 // ---- real statistics ----
 
 TEST(Statistics, RealSglangStatisticsSurviveEveryFormat) {
@@ -286,10 +334,10 @@ TEST(Statistics, RealSglangStatisticsSurviveEveryFormat) {
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(data)) {
     if (entry.path().extension() != ".json") continue;
-    const io::LogicalCounts original = io::read_logical_counts(entry.path());
+    const CountWindow original = io::read_counts(entry.path());
     for (const char* name : {"c.pt", "c.safetensors"}) {
-      io::write_logical_counts(dir.path() / name, original);
-      const io::LogicalCounts back = io::read_logical_counts(dir.path() / name);
+      io::write_counts(dir.path() / name, original);
+      const CountWindow back = io::read_counts(dir.path() / name);
       EXPECT_EQ(back, original) << entry.path() << " via " << name;
       EXPECT_EQ(io::logical_counts_to_json(back), io::logical_counts_to_json(original));
     }

@@ -50,7 +50,7 @@ TEST(HotExperts, StrategiesByHand) {
       kLoads, 4, {.strategy = HotExpertStrategy::kLayerBalanced, .min_share = 0.75});
   EXPECT_EQ(balanced.on_gpu,
             (std::vector<std::uint8_t>{1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0}));
-  EXPECT_EQ(balanced.layer_count, (std::vector<std::int64_t>{4, 1, 2, 1}));
+  EXPECT_EQ(balanced.gpu_experts_per_layer(), (std::vector<std::int64_t>{4, 1, 2, 1}));
 }
 
 TEST(HotExperts, RandomIsSeededAndKeepsUniformCounts) {
@@ -59,7 +59,7 @@ TEST(HotExperts, RandomIsSeededAndKeepsUniformCounts) {
   const auto b =
       plan::choose_hot_experts(kLoads, 5, {.strategy = HotExpertStrategy::kRandom, .seed = 7});
   EXPECT_EQ(a.on_gpu, b.on_gpu);
-  EXPECT_EQ(a.layer_count, (std::vector<std::int64_t>{4, 2, 2, 1}));
+  EXPECT_EQ(a.gpu_experts_per_layer(), (std::vector<std::int64_t>{4, 2, 2, 1}));
   bool some_seed_differs = false;
   for (std::uint64_t seed = 8; seed < 20; ++seed) {
     some_seed_differs |= mask_of(HotExpertStrategy::kRandom, 5, seed) != a.on_gpu;
@@ -91,13 +91,12 @@ RC_GTEST_PROP(HotExpertsProperty, EveryStrategySpendsTheBudgetWithinItsRules, ()
   for (const auto strategy :
        {HotExpertStrategy::kUniform, HotExpertStrategy::kFrontLoading, HotExpertStrategy::kRandom,
         HotExpertStrategy::kFrequency, HotExpertStrategy::kLayerBalanced}) {
-    const plan::HotExpertMask mask =
-        plan::choose_hot_experts(loads, budget, {.strategy = strategy});
+    const ExpertMask mask = plan::choose_hot_experts(loads, budget, {.strategy = strategy});
     std::int64_t on_moe = 0;
     for (std::int64_t l = 0; l < L; ++l) {
       const auto row = std::span(mask.on_gpu).subspan(std::size_t(l * E), std::size_t(E));
       const auto count = std::int64_t(std::count(row.begin(), row.end(), 1));
-      RC_ASSERT(count == mask.layer_count[std::size_t(l)]);
+      RC_ASSERT(count == mask.gpu_experts_per_layer()[std::size_t(l)]);
       if (loads.layer_total(l) > 0.0) {
         on_moe += count;
       } else {

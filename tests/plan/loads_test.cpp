@@ -1,5 +1,5 @@
-// Load matrices from JSON (SGLang logical_count with integers or floats, [L][E] or
-// [W][L][E]; fiddler's expert_popularity), their errors, and equal-weight sums.
+// Load matrices from count windows (whole counts or fractional loads, a window's passes or
+// all of them), and equal-weight sums.
 #include <gtest/gtest.h>
 
 #include <moestat/plan/loads.hpp>
@@ -9,44 +9,56 @@
 namespace moestat {
 namespace {
 
-TEST(Loads, ReadsTwoAndThreeDimensionalCountsIntegersOrFloats) {
-  const plan::LoadWindow flat =
-      plan::load_window_from_json(R"({"logical_count": [[1, 2.5], [0, 0]]})");
-  EXPECT_FALSE(flat.has_window_axis);
-  ASSERT_EQ(flat.passes.size(), 1U);
-  EXPECT_EQ(flat.passes[0].values, (std::vector<double>{1, 2.5, 0, 0}));
-  EXPECT_EQ(flat.passes[0].layer_total(0), 3.5);
+TEST(Loads, LoadsOfSumsTheWindowOfWholeOrFractionalCounts) {
+  const CountWindow flat{.window_size = 1,
+                         .num_layers = 2,
+                         .num_experts = 2,
+                         .has_window_axis = false,
+                         .counts = {},
+                         .fractional_counts = {1, 2.5, 0, 0}};
+  const plan::ExpertLoads flat_loads = plan::loads_of(flat);
+  EXPECT_EQ(flat_loads.num_layers, 2);
+  EXPECT_EQ(flat_loads.num_experts, 2);
+  EXPECT_EQ(flat_loads.values, (std::vector<double>{1, 2.5, 0, 0}));
+  EXPECT_EQ(flat_loads.layer_total(0), 3.5);
 
-  const plan::LoadWindow window = plan::load_window_from_json(
-      R"({"logical_count": [[[1, 2]], [[3, 4]], [[0, 0]]], "rank": 0})");
-  EXPECT_TRUE(window.has_window_axis);
-  ASSERT_EQ(window.passes.size(), 3U);
-  EXPECT_EQ(window.passes[1].values, (std::vector<double>{3, 4}));
-  EXPECT_EQ(window.total().values, (std::vector<double>{4, 6}));
+  const CountWindow window{.window_size = 3,
+                           .num_layers = 1,
+                           .num_experts = 2,
+                           .has_window_axis = true,
+                           .counts = {1, 2, 3, 4, 0, 0}};
+  EXPECT_EQ(plan::loads_of(window, 1, 2).values, (std::vector<double>{3, 4}));
+  EXPECT_EQ(plan::loads_of(window, 0, 2).values, (std::vector<double>{4, 6}));
+  EXPECT_EQ(plan::loads_of(window).values, (std::vector<double>{4, 6}));
 }
 
-TEST(Loads, ReadsFiddlerExpertPopularity) {
-  const plan::LoadWindow w = plan::load_window_from_json(
-      R"({"total_input_tokens": 10, "expert_popularity": [[3, 1], [2, 2], [0, 4]]})");
-  ASSERT_EQ(w.passes.size(), 1U);
-  EXPECT_EQ(w.passes[0].num_layers, 3);
-  EXPECT_EQ(w.passes[0].num_experts, 2);
-  EXPECT_EQ(w.passes[0].values, (std::vector<double>{3, 1, 2, 2, 0, 4}));
+TEST(Loads, LoadsOfRefusesPassesOutsideTheWindow) {
+  const CountWindow window{.window_size = 2,
+                           .num_layers = 1,
+                           .num_experts = 1,
+                           .has_window_axis = true,
+                           .counts = {1, 2}};
+  EXPECT_MOESTAT_ERROR(plan::loads_of(window, 1, 3), "passes [1, 3)");
+  EXPECT_MOESTAT_ERROR(plan::loads_of(window, 1, 1), "passes [1, 1)");
+  EXPECT_MOESTAT_ERROR(plan::loads_of(window, -1, 1), "passes [-1, 1)");
 }
 
-TEST(Loads, MalformedInputNamesTheProblem) {
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"counts": []})"), "logical_count");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"logical_count": [[1, -2]]})"),
-                       "is -2, expected >= 0");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"logical_count": [[1, 2], [3]]})"),
-                       "ragged rows");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"logical_count": [1, 2]})"),
-                       "1 levels of nesting");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"expert_popularity": [[[1]]]})"),
-                       "expected [layers][experts] (2)");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json(R"({"logical_count": [["a"]]})"),
-                       "logical_count");
-  EXPECT_MOESTAT_ERROR(plan::load_window_from_json("not json"), "not valid JSON");
+TEST(Loads, WindowScenariosGroupPassesOfAboutEqualMass) {
+  // Passes of 10, 0 (skipped), 10, 1 and 9 assignments; each loaded pass goes to the group
+  // its middle assignment falls in: the first 10 of 30, then the rest.
+  const CountWindow window{.window_size = 5,
+                           .num_layers = 1,
+                           .num_experts = 2,
+                           .has_window_axis = true,
+                           .counts = {4, 6, 0, 0, 10, 0, 1, 0, 0, 9}};
+  const std::vector<plan::ExpertLoads> two = plan::window_scenarios(window, 2);
+  ASSERT_EQ(two.size(), 2U);
+  EXPECT_EQ(two[0].values, (std::vector<double>{4, 6}));
+  EXPECT_EQ(two[1].values, (std::vector<double>{11, 9}));
+  // One loaded pass: its total.
+  const std::vector<plan::ExpertLoads> one = plan::window_scenarios(window.passes(0, 2), 4);
+  ASSERT_EQ(one.size(), 1U);
+  EXPECT_EQ(one[0].values, (std::vector<double>{4, 6}));
 }
 
 TEST(Loads, EqualWeightSumNormalisesEachLayerOfEachMatrix) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <moestat/io/statistics.hpp>
 #include <moestat/plan/loads.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,7 +31,7 @@ inline std::string slurp(const std::filesystem::path& path) {
 
 /// [L, E] loads of one statistics file (all 61 rows, dense ones included).
 inline plan::ExpertLoads read_deepseek_stats(const std::string& name) {
-  return plan::load_window_from_json(slurp(deepseek_stats_dir() / name)).total();
+  return plan::loads_of(io::read_counts(deepseek_stats_dir() / name, io::Fractions::kKeep));
 }
 
 /// Rows `rows` of `loads`.

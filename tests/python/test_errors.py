@@ -176,6 +176,7 @@ def test_placement_arguments(recorder):
 
 @pytest.mark.parametrize("name, call", [
     ("file_format", lambda path: moestat.file_format(path)),
+    ("read_counts", lambda path: moestat.read_counts(path)),
     ("read_logical_counts", lambda path: moestat.read_logical_counts(path)),
     ("write_logical_counts", lambda path: moestat.write_logical_counts(path, np.ones((2, 8)))),
     ("read_placement", lambda path: moestat.read_placement(path)),
@@ -192,6 +193,8 @@ def test_file_functions_other_arguments(tmp_path):
     with raises_naming(rf"^write_logical_counts: counts {ARRAY} of \[layers, experts\] or "
                        r"\[passes, layers, experts\] counts, got list$"):
         moestat.write_logical_counts(tmp_path / "c.json", [[1, 2]])
+    with raises_naming(r"^read_counts: fractions must be a bool, got str$"):
+        moestat.read_counts(tmp_path / "c.json", fractions="yes")
     with raises_naming(r"^write_placement: placement must be a moestat.Placement, got str$"):
         moestat.write_placement(tmp_path / "p.json", "placement")
     with raises_naming(r"^read_placement: version must be an int from 0 to 2\*\*64 - 1, got -2$"):

@@ -40,6 +40,23 @@ def test_sglang_dump_of_a_recording_reads_back(tmp_path, rng):
                                      directory=tmp_path)
     assert path.parent == tmp_path and path.name.startswith("expert_distribution_recorder_")
     np.testing.assert_array_equal(moestat.read_logical_counts(path), snapshot.logical_counts)
+    # The per-pass dump's records keep their pass ids; its stat form keeps none.
+    counts = moestat.read_counts(path)
+    assert counts["has_window_axis"]
+    np.testing.assert_array_equal(counts["counts"], snapshot.logical_counts)
+    np.testing.assert_array_equal(counts["pass_ids"], [0, 1, 2])
+    assert counts["placement_versions"] is None and counts["pass_num_tokens"] is None
+
+
+def test_fractional_loads_are_read_only_when_asked_for(tmp_path):
+    path = tmp_path / "popularity.json"
+    path.write_text('{"expert_popularity": [[1.5, 2], [0, 0.25]]}')
+    with pytest.raises(moestat.Error, match=r"expert_popularity\[0\]\[0\] is 1.5"):
+        moestat.read_logical_counts(path)
+    counts = moestat.read_counts(path, fractions=True)
+    assert counts["counts"].dtype == np.float64
+    np.testing.assert_array_equal(counts["counts"], [[1.5, 2], [0, 0.25]])
+    assert not counts["has_window_axis"]
 
 
 def test_malformed_and_missing_files_name_the_path(tmp_path):

@@ -31,6 +31,34 @@ TEST(Error, FailAlwaysThrows) {
   }
 }
 
+TEST(Error, WithContextKeepsTheOriginAndPrefixesTheMessage) {
+  const int line = __LINE__ + 2;
+  try {
+    MOESTAT_FAIL("count {} is negative", -3);
+  } catch (const Error& error) {
+    const Error named = error.with_context("counts.json");
+    EXPECT_EQ(named.message(), "counts.json: count -3 is negative");
+    // "file:line: " of the check that fired, however the build spells the file's path.
+    const std::string original = error.what();
+    const std::string location = original.substr(0, original.size() - error.message().size());
+    EXPECT_TRUE(location.ends_with("error_test.cpp:" + std::to_string(line) + ": ")) << location;
+    EXPECT_EQ(std::string(named.what()), location + "counts.json: count -3 is negative");
+    EXPECT_EQ(error.message(), "count -3 is negative");  // the original is left as it was
+  }
+}
+
+TEST(Error, WithContextEscapesThePrefix) {
+  try {
+    MOESTAT_FAIL("bad \x1b byte {}", "\x07");
+  } catch (const Error& error) {
+    const Error named = error.with_context("dir/\x1b[31mred.json");
+    const std::string escaped_path = printable("dir/\x1b[31mred.json");
+    EXPECT_EQ(named.message(), escaped_path + ": " + error.message());
+    EXPECT_EQ(named.message().find('\x1b'), std::string::npos);
+    EXPECT_EQ(named.message().find('\x07'), std::string::npos);
+  }
+}
+
 TEST(Error, IsARuntimeError) { EXPECT_THROW(MOESTAT_FAIL("x"), std::runtime_error); }
 
 }  // namespace

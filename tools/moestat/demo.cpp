@@ -291,9 +291,9 @@ class DemoCommand final : public Command {
     io::write_file_atomically(dir / "snapshot.json", snapshot_json);
     // What SGLang's recorder dumps in stat mode (as .pt, and as its JSON statistics files),
     // and its --init-expert-location placement.
-    const io::LogicalCounts counts = io::logical_counts_of(snapshot);
-    io::write_logical_counts(dir / "logical_count.pt", counts);
-    io::write_logical_counts(dir / "logical_count.json", counts);
+    const CountWindow counts = count_window_of(snapshot);
+    io::write_counts(dir / "logical_count.pt", counts);
+    io::write_counts(dir / "logical_count.json", counts);
     io::write_placement(dir / "placement.json", work.placement());
 
     check_against_tally(snapshot, tally, work);
@@ -303,7 +303,12 @@ class DemoCommand final : public Command {
                   "check failed: {} does not read back as a snapshot",
                   (dir / "snapshot.json").string());
     check_read_back(snapshot, std::get<Snapshot>(read));
-    MOESTAT_CHECK(io::read_logical_counts(dir / "logical_count.pt") == counts,
+    // SGLang's stat dump keeps the counts and their shape, not the passes' metadata.
+    const CountWindow read_back = io::read_counts(dir / "logical_count.pt");
+    MOESTAT_CHECK(read_back.counts == counts.counts &&
+                      read_back.window_size == counts.window_size &&
+                      read_back.num_layers == counts.num_layers &&
+                      read_back.num_experts == counts.num_experts && read_back.has_window_axis,
                   "check failed: {} does not read back equal", (dir / "logical_count.pt").string());
     fmt::print("check: snapshot.json and logical_count.pt read back equal\n");
 
@@ -315,9 +320,7 @@ class DemoCommand final : public Command {
       io::write_placement(dir / "placement_deepseek.pt", held.deepseek);
       io::write_placement(dir / "placement_moestat.pt", held.moestat);
       io::write_placement(dir / "placement_moestat.json", held.moestat);
-      const plan::HotExpertMask& mask = held.layer_balanced_mask;
-      io::write_expert_mask(dir / "gpu_experts_masks.pt",
-                            io::ExpertMask{mask.num_layers, mask.num_experts, mask.on_gpu});
+      io::write_expert_mask(dir / "gpu_experts_masks.pt", held.layer_balanced_mask);
       print_held_out(held);
       shown = held.moestat;
     } else {
@@ -363,7 +366,7 @@ class DemoCommand final : public Command {
     fmt::print(
         "hot experts on the GPU ({}, a quarter of the MoE layers' experts, chosen on the "
         "planning passes), held-out assignments served:\n",
-        held.layer_balanced_mask.budget);
+        held.hot_mask_budget);
     line("frequency (one global top-G)", fmt::format("{:.1f}%", 100.0 * held.frequency_hit_rate));
     line("layer-balanced", fmt::format("{:.1f}%", 100.0 * held.layer_balanced_hit_rate));
     if (fmt::format("{:.1f}", 100.0 * held.frequency_hit_rate) ==
@@ -385,7 +388,7 @@ class DemoCommand final : public Command {
     return fmt::format(
         "the masks differ in {} of {} experts, which serve nearly equal shares of the held-out "
         "assignments: {:.3f}% and {:.3f}%",
-        held.hot_mask_differences, held.layer_balanced_mask.budget, 100.0 * held.frequency_hit_rate,
+        held.hot_mask_differences, held.hot_mask_budget, 100.0 * held.frequency_hit_rate,
         100.0 * held.layer_balanced_hit_rate);
   }
 

@@ -8,31 +8,22 @@
 namespace moestat::cli {
 namespace {
 
-/// Logical counts of passes [first, last) of the window, one load matrix per pass.
-plan::LoadWindow window_of(const Snapshot& snapshot, std::int64_t first, std::int64_t last) {
-  const auto size = std::size_t(snapshot.num_layers * snapshot.num_logical_experts);
-  return plan::split_window(
-      snapshot.num_layers, snapshot.num_logical_experts,
-      std::span<const std::int64_t>(snapshot.logical_counts)
-          .subspan(std::size_t(first) * size, std::size_t(last - first) * size),
-      true);
-}
-
 /// Fills the figures that say why the frequency and layer-balanced masks tie when they do.
 void compare_hot_masks(const plan::ExpertLoads& planning, HeldOutResults& out) {
-  const plan::HotExpertMask& a = out.frequency_mask;
-  const plan::HotExpertMask& b = out.layer_balanced_mask;
+  const ExpertMask& a = out.frequency_mask;
+  const ExpertMask& b = out.layer_balanced_mask;
+  const std::vector<std::int64_t> a_per_layer = a.gpu_experts_per_layer();
   for (std::size_t i = 0; i < a.on_gpu.size(); ++i) {
     out.hot_mask_differences += a.on_gpu[i] && !b.on_gpu[i] ? 1 : 0;
   }
   out.frequency_fewest = planning.num_experts;
   for (std::int64_t l = 0; l < planning.num_layers; ++l) {
     if (planning.layer_total(l) <= 0.0) continue;  // a dense layer: all on the GPU, no choice
-    out.frequency_fewest = std::min(out.frequency_fewest, a.layer_count[std::size_t(l)]);
-    out.frequency_most = std::max(out.frequency_most, a.layer_count[std::size_t(l)]);
+    out.frequency_fewest = std::min(out.frequency_fewest, a_per_layer[std::size_t(l)]);
+    out.frequency_most = std::max(out.frequency_most, a_per_layer[std::size_t(l)]);
   }
   const std::int64_t moe_layers = plan::num_moe_layers(planning);
-  out.even_share = moe_layers > 0 ? double(a.budget) / double(moe_layers) : 0.0;
+  out.even_share = moe_layers > 0 ? double(out.hot_mask_budget) / double(moe_layers) : 0.0;
 }
 
 }  // namespace
@@ -49,9 +40,10 @@ HeldOutResults plan_and_evaluate(const Snapshot& snapshot, const workload::Prese
                                 .num_groups = preset.expert_groups,
                                 .num_nodes = preset.nodes,
                                 .num_gpus = preset.topology.ep_size};
-  const plan::LoadWindow planning = window_of(snapshot, 0, plan_passes);
-  const plan::ExpertLoads planning_total = planning.total();
-  const plan::ExpertLoads held_out = window_of(snapshot, plan_passes, passes).total();
+  const CountWindow window = count_window_of(snapshot);
+  const CountWindow planning = window.passes(0, plan_passes);
+  const plan::ExpertLoads planning_total = plan::loads_of(planning);
+  const plan::ExpertLoads held_out = plan::loads_of(window, plan_passes, passes);
 
   // As SGLang rebalances: the reference on the window's sum; moestat with the window's
   // passes grouped into scenarios of future traffic (as `moestat plan` does).
@@ -74,6 +66,7 @@ HeldOutResults plan_and_evaluate(const Snapshot& snapshot, const workload::Prese
 
   constexpr double kGpuShare = 0.25;
   const std::int64_t budget = plan::hot_expert_budget_ratio(planning_total, kGpuShare);
+  out.hot_mask_budget = budget;
   out.frequency_mask = plan::choose_hot_experts(planning_total, budget,
                                                 {.strategy = plan::HotExpertStrategy::kFrequency});
   out.layer_balanced_mask = plan::choose_hot_experts(

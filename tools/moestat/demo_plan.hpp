@@ -26,9 +26,10 @@ struct HeldOutResults {
   double recorded_balancedness = 0.0;  ///< The placement the run was recorded under.
   double deepseek_balancedness = 0.0;
   double moestat_balancedness = 0.0;
-  /// Hot-expert masks of a quarter of the experts, chosen on the planning passes; the
-  /// share of held-out assignments they serve.
-  plan::HotExpertMask frequency_mask, layer_balanced_mask;
+  /// Hot-expert masks of a quarter of the experts (hot_mask_budget of them over the MoE
+  /// layers), chosen on the planning passes; the share of held-out assignments they serve.
+  ExpertMask frequency_mask, layer_balanced_mask;
+  std::int64_t hot_mask_budget = 0;
   double frequency_hit_rate = 0.0;
   double layer_balanced_hit_rate = 0.0;
   /// Why the two hit rates tie when they do: the experts on the GPU in one mask and not the

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <moestat/error.hpp>
+#include <moestat/io/statistics.hpp>
+#include <moestat/plan/loads.hpp>
 #include <moestat/plan/metrics.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,7 +38,7 @@ class EvalCommand final : public Command {
   }
 
   int run() override {
-    const plan::ExpertLoads loads = read_load_file(stats_).total();
+    const plan::ExpertLoads loads = plan::loads_of(io::read_counts(stats_, io::Fractions::kKeep));
     const Placement placement = read_placement_file(placement_, loads.num_experts);
     MOESTAT_CHECK(placement.num_layers() == loads.num_layers, "{} has {} layers, {} has {}",
                   placement_, placement.num_layers(), stats_, loads.num_layers);

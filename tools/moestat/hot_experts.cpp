@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <moestat/error.hpp>
+#include <moestat/io/statistics.hpp>
 #include <moestat/plan/hot_experts.hpp>
 #include <moestat/plan/metrics.hpp>
 #include <nlohmann/json.hpp>
@@ -51,12 +52,13 @@ class HotExpertsCommand final : public Command {
   }
 
   int run() override {
-    const plan::ExpertLoads loads = read_load_file(stats_).total();
+    const plan::ExpertLoads loads = plan::loads_of(io::read_counts(stats_, io::Fractions::kKeep));
     const std::int64_t budget = per_layer_ ? plan::hot_expert_budget_per_layer(loads, *per_layer_)
                                            : plan::hot_expert_budget_ratio(loads, *ratio_);
-    const plan::HotExpertMask mask = plan::choose_hot_experts(
+    const ExpertMask mask = plan::choose_hot_experts(
         loads, budget, {.strategy = plan::parse_hot_expert_strategy(strategy_), .seed = seed_});
     write_mask_file(out_, mask);
+    const std::vector<std::int64_t> layer_count = mask.gpu_experts_per_layer();
     const double hit = plan::hot_expert_hit_rate(loads, mask.on_gpu);
     const std::vector<double> layers = plan::hot_expert_layer_hit_rates(loads, mask.on_gpu);
     double worst = 1.0;
@@ -74,7 +76,7 @@ class HotExpertsCommand final : public Command {
                                        {"hit_rate", hit},
                                        {"worst_layer", worst_layer},
                                        {"worst_layer_hit_rate", worst},
-                                       {"layer_count", mask.layer_count},
+                                       {"layer_count", layer_count},
                                        {"out", out_}};
       fmt::print("{}\n", out.dump());
       return kExitOk;
@@ -82,8 +84,8 @@ class HotExpertsCommand final : public Command {
     std::int64_t fewest = loads.num_experts, most = 0;
     for (std::int64_t l = 0; l < loads.num_layers; ++l) {
       if (loads.layer_total(l) <= 0.0) continue;
-      fewest = std::min(fewest, mask.layer_count[std::size_t(l)]);
-      most = std::max(most, mask.layer_count[std::size_t(l)]);
+      fewest = std::min(fewest, layer_count[std::size_t(l)]);
+      most = std::max(most, layer_count[std::size_t(l)]);
     }
     fmt::print("strategy:    {}, budget {} GPU experts over {} MoE layers\n", strategy_, budget,
                plan::num_moe_layers(loads));

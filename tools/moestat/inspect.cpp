@@ -68,7 +68,7 @@ std::vector<double> to_double(const std::vector<std::int64_t>& values) {
   return {values.begin(), values.end()};
 }
 
-/// Totals from LogicalCounts::totals and Snapshot::logical_totals always sum (their grand
+/// Totals from CountWindow::totals and Snapshot::logical_totals always sum (their grand
 /// total is checked); token counts per pass are checked here.
 std::int64_t sum(const std::vector<std::int64_t>& values, std::string_view what) {
   return checked_sum(values, what);
@@ -166,7 +166,7 @@ class InspectCommand final : public Command {
       return summarise();
     } catch (const Error& error) {
       if (error.message().find(printable(path_)) != std::string::npos) throw;
-      MOESTAT_FAIL("{}: {}", path_, error.message());
+      throw error.with_context(path_);
     }
   }
 
@@ -282,7 +282,7 @@ class InspectCommand final : public Command {
     if (!layers.empty()) print_layer_table(layers, !decayed, all_layers_);
   }
 
-  void inspect(const io::LogicalCounts& counts, Json& out) const {
+  void inspect(const CountWindow& counts, Json& out) const {
     const std::vector<std::int64_t> totals = counts.totals();
     const std::vector<LayerLoad> layers =
         layer_loads(to_double(totals), counts.num_layers, counts.num_experts, num_hottest_);
@@ -383,10 +383,10 @@ class InspectCommand final : public Command {
     } catch (const Error&) {
       // Not a document: perhaps an expert mask; otherwise the document error says why.
       const std::exception_ptr why = std::current_exception();
-      std::optional<io::ExpertMask> mask;
+      std::optional<ExpertMask> mask;
       try {
         const io::StatisticsFile file = io::read_statistics_file(path_);
-        if (const auto* found = std::get_if<io::ExpertMask>(&file)) mask = *found;
+        if (const auto* found = std::get_if<ExpertMask>(&file)) mask = *found;
       } catch (const Error&) {
       }
       if (!mask) std::rethrow_exception(why);
@@ -397,7 +397,7 @@ class InspectCommand final : public Command {
     out["kind"] = io::document_kind_name(io::document_kind(document));
     if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
       inspect(*snapshot, out);
-    } else if (const auto* counts = std::get_if<io::LogicalCounts>(&document)) {
+    } else if (const auto* counts = std::get_if<CountWindow>(&document)) {
       inspect(*counts, out);
     } else {
       inspect(std::get<Placement>(document), out);
@@ -434,16 +434,16 @@ class InspectCommand final : public Command {
       return;
     }
     out["kind"] = io::statistics_kind_name(io::statistics_kind(file));
-    if (const auto* counts = std::get_if<io::LogicalCounts>(&file)) {
+    if (const auto* counts = std::get_if<CountWindow>(&file)) {
       inspect(*counts, out);
     } else if (const auto* placement = std::get_if<Placement>(&file)) {
       inspect(*placement, out);
     } else {
-      inspect(std::get<io::ExpertMask>(file), out);
+      inspect(std::get<ExpertMask>(file), out);
     }
   }
 
-  void inspect(const io::ExpertMask& mask, Json& out) const {
+  void inspect(const ExpertMask& mask, Json& out) const {
     Json layers = Json::array();
     std::int64_t total = 0;
     std::int64_t least = mask.num_experts;

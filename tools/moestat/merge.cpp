@@ -48,10 +48,10 @@ class MergeCommand final : public Command {
     io::format_of_extension(out_);  // a wrong OUT name fails before anything is read
     refuse_overwriting(out_, ins_, force_);
     io::check_output_path(out_);
-    io::LogicalCounts merged;
+    CountWindow merged;
     std::int64_t assignments = 0;
     for (std::size_t i = 0; i < ins_.size(); ++i) {
-      io::LogicalCounts part = io::read_logical_counts(ins_[i]);
+      CountWindow part = io::read_counts(ins_[i]);
       if (totals_) part = totals_of(part, ins_[i]);
       if (i == 0) {
         merged = std::move(part);
@@ -62,7 +62,7 @@ class MergeCommand final : public Command {
     // Every sum was checked as it was made; this one only says which files it was.
     assignments =
         checked_sum(merged.counts, fmt::format("the sum of the counts of {} files", ins_.size()));
-    io::write_logical_counts(out_, merged);
+    io::write_counts(out_, merged);
     const std::string passes =
         merged.has_window_axis ? fmt::format("{} passes of ", merged.window_size) : "totals of ";
     fmt::print("wrote {}: {} files, {}{} layers x {} experts, {} assignments\n", out_, ins_.size(),
@@ -72,7 +72,7 @@ class MergeCommand final : public Command {
 
  private:
   /// The sum over every pass of `counts`, read from `path` (which its errors name).
-  static io::LogicalCounts totals_of(const io::LogicalCounts& counts, const std::string& path) {
+  static CountWindow totals_of(const CountWindow& counts, const std::string& path) {
     try {
       return {.window_size = 1,
               .num_layers = counts.num_layers,
@@ -80,12 +80,12 @@ class MergeCommand final : public Command {
               .has_window_axis = false,
               .counts = counts.totals()};
     } catch (const Error& error) {
-      MOESTAT_FAIL("{}: {}", path, error.message());
+      throw error.with_context(path);
     }
   }
 
   /// Adds `part` (read from `path`) to `sum`, after checking they describe the same passes.
-  void add(io::LogicalCounts& sum, const io::LogicalCounts& part, const std::string& path) const {
+  void add(CountWindow& sum, const CountWindow& part, const std::string& path) const {
     MOESTAT_CHECK(part.num_layers == sum.num_layers && part.num_experts == sum.num_experts,
                   "{}: {} layers x {} experts, but {} has {} x {}", path, part.num_layers,
                   part.num_experts, ins_.front(), sum.num_layers, sum.num_experts);
@@ -100,10 +100,15 @@ class MergeCommand final : public Command {
                     "int64",
                     path, index_text(sum, i));
     }
+    // What each file says of its passes does not add up (one rank's tokens are not the
+    // pass's), and no written format keeps it.
+    sum.pass_ids.clear();
+    sum.placement_versions.clear();
+    sum.pass_num_tokens.clear();
   }
 
   /// "[pass][layer][expert]" (or "[layer][expert]") of entry `flat` of `counts`.
-  static std::string index_text(const io::LogicalCounts& counts, std::size_t flat) {
+  static std::string index_text(const CountWindow& counts, std::size_t flat) {
     const auto i = std::int64_t(flat);
     const std::int64_t expert = i % counts.num_experts;
     const std::int64_t layer = i / counts.num_experts % counts.num_layers;

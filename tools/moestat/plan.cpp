@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <moestat/error.hpp>
+#include <moestat/io/statistics.hpp>
 #include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/metrics.hpp>
@@ -116,19 +117,19 @@ class PlanCommand final : public Command {
     // its window summed, as SGLang sums it; several: their equal-weight sum).
     std::vector<plan::ExpertLoads> scenarios, totals;
     for (const std::string& path : stats_) {
-      const plan::LoadWindow window = read_load_file(path);
-      totals.push_back(window.total());
-      window_passes_ = std::int64_t(window.passes.size());
+      const CountWindow window = io::read_counts(path, io::Fractions::kKeep);
+      totals.push_back(plan::loads_of(window));
+      window_passes_ = window.window_size;
       if (stats_.size() == 1) {
         scenarios = plan::window_scenarios(window, max_scenarios_);
       } else {
         scenarios.push_back(totals.back());
       }
-      MOESTAT_CHECK(scenarios.front().num_layers == window.passes.front().num_layers &&
-                        scenarios.front().num_experts == window.passes.front().num_experts,
+      MOESTAT_CHECK(scenarios.front().num_layers == window.num_layers &&
+                        scenarios.front().num_experts == window.num_experts,
                     "{}: [{} layers, {} experts] differs from {}'s [{}, {}]", path,
-                    window.passes.front().num_layers, window.passes.front().num_experts,
-                    stats_.front(), scenarios.front().num_layers, scenarios.front().num_experts);
+                    window.num_layers, window.num_experts, stats_.front(),
+                    scenarios.front().num_layers, scenarios.front().num_experts);
     }
     const plan::ExpertLoads combined =
         totals.size() == 1 ? totals.front() : plan::equal_weight_sum(totals);

@@ -1,24 +1,19 @@
-// The files `moestat plan`, `eval`, `hot-experts` and `report` read and write, each kind
-// through one function (the io module's loading by format underneath), so every command
-// that takes a kind of file takes it in every format.
+// The files `moestat plan`, `eval`, `hot-experts` and `report` read and write besides counts
+// (which all read through io::read_counts), each kind through one function (the io module's
+// loading by format underneath), so every command that takes a kind of file takes it in
+// every format.
 #pragma once
 
 #include <filesystem>
+#include <moestat/expert_mask.hpp>
 #include <moestat/placement.hpp>
-#include <moestat/plan/hot_experts.hpp>
-#include <moestat/plan/loads.hpp>
 
 namespace moestat::cli {
 
-/// What --stats of plan, eval and hot-experts takes (read_load_file).
+/// What --stats of plan, eval and hot-experts takes: io::read_counts, fractional loads kept.
 inline constexpr const char* kStatsFileHelp =
     "Load file: JSON with logical_count [L][E] or [W][L][E] (SGLang, moestat snapshots) or "
     "expert_popularity [L][E]; an SGLang .pt dump; .safetensors with a logical_count tensor";
-
-/// Load matrices of a --stats file: JSON with `logical_count` [L][E] or [W][L][E] (SGLang's
-/// files, moestat snapshots) or `expert_popularity` [L][E]; or an SGLang `.pt` dump or a
-/// `.safetensors` file (io::read_logical_counts). Errors name the path.
-plan::LoadWindow read_load_file(const std::filesystem::path& path);
 
 /// A placement file (`{"physical_to_logical_map": [L][P]}`) for `num_logical_experts`
 /// experts, from `.json`, `.pt` or `.safetensors`: what every --placement and --previous
@@ -31,6 +26,6 @@ void write_placement_file(const std::filesystem::path& path, const Placement& pl
 
 /// Writes the mask by extension (io::write_expert_mask: .json `{"gpu_experts_masks": [L][E]}`,
 /// .pt a bool tensor, .safetensors), atomically.
-void write_mask_file(const std::filesystem::path& path, const plan::HotExpertMask& mask);
+void write_mask_file(const std::filesystem::path& path, const ExpertMask& mask);
 
 }  // namespace moestat::cli

@@ -68,9 +68,17 @@ class ReportCommand final : public Command {
     options_.num_gpus = num_gpus_.value_or(1);
     if (!placement_path_.empty()) {
       // The reader eval and plan --previous use: every placement format.
-      options_.placement = read_placement_file(placement_path_, recording.num_experts);
+      options_.placement = read_placement_file(placement_path_, recording.num_experts());
     }
-    options_.validate(recording);
+    try {
+      options_.validate(recording);
+    } catch (const Error& error) {
+      // The library speaks of GPUs and placements; the user gave them as these options.
+      throw error.with_context(
+          placement_path_.empty()
+              ? fmt::format("--gpus {}", options_.num_gpus)
+              : fmt::format("--gpus {}, --placement {}", options_.num_gpus, placement_path_));
+    }
     const std::string html = html_path_.empty() ? "" : report::render_html(recording, options_);
     const std::vector<std::uint8_t> png =
         png_path_.empty() ? std::vector<std::uint8_t>{} : report::render_heatmap_png(recording);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <moestat/counts.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/snapshot.hpp>
 #include <string>
@@ -12,24 +13,9 @@
 
 namespace moestat::io {
 
-/// Logical counts as SGLang writes them: `{"logical_count": [L][E]}` or `[W][L][E]`.
-struct LogicalCounts {
-  std::int64_t window_size = 1;  ///< W; 1 for a 2-d file.
-  std::int64_t num_layers = 0;
-  std::int64_t num_experts = 0;
-  bool has_window_axis = false;      ///< The file held [W][L][E] rather than [L][E].
-  std::vector<std::int64_t> counts;  ///< [W, L, E] row-major, non-negative.
-
-  /// [L, E] summed over the window. moestat::Error "... overflows int64" when the sum of
-  /// every count does not fit, so that any sum of these totals fits too.
-  std::vector<std::int64_t> totals() const;
-
-  friend bool operator==(const LogicalCounts&, const LogicalCounts&) = default;
-};
-
-/// The snapshot's window as SGLang's `logical_count` [W, L, E] (has_window_axis = true).
-/// moestat::Error when the snapshot has no pass window (per_token and decayed modes).
-LogicalCounts logical_counts_of(const Snapshot& snapshot);
+/// Whether a counts reader takes non-whole entries (CountWindow says why they exist):
+/// kRefuse names the first one as an error, kKeep reads the file into fractional_counts.
+enum class Fractions : std::uint8_t { kRefuse, kKeep };
 
 // ---- moestat snapshot documents ----
 
@@ -65,14 +51,18 @@ std::string placement_to_json(const Placement& placement);
 Placement placement_from_json(std::string_view text, std::int64_t num_logical_experts = 0,
                               std::uint64_t version = 0);
 
-// ---- SGLang logical counts ----
+// ---- counts files ----
 
 /// `{"logical_count": ...}`, 3-d when counts.has_window_axis, else 2-d (then W must be 1).
-/// moestat::Error when sizes do not match or a count is negative.
-std::string logical_counts_to_json(const LogicalCounts& counts);
-/// Reads `logical_count` [L][E] or [W][L][E] from a JSON object (other keys are ignored).
-/// Every count must be a non-negative integer; L, E (and W) must be at least 1.
-LogicalCounts logical_counts_from_json(std::string_view text);
+/// Pass metadata is not part of SGLang's format and is not written. moestat::Error when
+/// sizes do not match, a count is negative or the window is fractional.
+std::string logical_counts_to_json(const CountWindow& counts);
+/// Reads SGLang's `logical_count` [L][E] or [W][L][E], or fiddler's `expert_popularity`
+/// [L][E] (its Mixtral statistics), from a JSON object (other keys are ignored). Every entry
+/// must be a non-negative number, whole unless `fractions` is kKeep (a whole float such as
+/// SGLang's "12.0" is a count); L, E (and W) must be at least 1.
+CountWindow logical_counts_from_json(std::string_view text,
+                                     Fractions fractions = Fractions::kRefuse);
 
 // ---- any document ----
 
@@ -82,12 +72,13 @@ enum class DocumentKind : std::uint8_t { kSnapshot, kLogicalCounts, kPlacement }
 std::string_view document_kind_name(DocumentKind kind) noexcept;
 
 /// One parsed document; the alternative index follows DocumentKind.
-using Document = std::variant<Snapshot, LogicalCounts, Placement>;
+using Document = std::variant<Snapshot, CountWindow, Placement>;
 DocumentKind document_kind(const Document& document) noexcept;
 
 /// Detects and parses a document: an object with "format": "moestat.snapshot" is a
 /// snapshot; else one with "physical_to_logical_map" a placement (checked first, as SGLang's
-/// --init-expert-location does); else one with "logical_count" SGLang logical counts.
+/// --init-expert-location does); else one with "logical_count" (or fiddler's
+/// "expert_popularity") counts, whole ones only.
 /// moestat::Error when it is none of these.
 Document document_from_json(std::string_view text);
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <moestat/counts.hpp>
+#include <moestat/expert_mask.hpp>
 #include <moestat/io/json.hpp>
 #include <moestat/io/pt.hpp>
 #include <moestat/placement.hpp>
@@ -27,8 +29,8 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank 
 
 /// SGLang's stat dump: {"rank": int, "logical_count": [W, L, E] (or [L, E] when `counts`
 /// has no window axis) int32, "average_utilization_rate_over_window": float or None}.
-/// Counts above int32's range are written as int64.
-PtValue sglang_stat_dump(const LogicalCounts& counts, std::int64_t rank = 0,
+/// Counts above int32's range are written as int64; pass metadata has no place in it.
+PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank = 0,
                          std::optional<double> average_utilization = {});
 
 /// SGLang's per-pass dump: {"records": [one dict per pass: "forward_pass_id", "rank",
@@ -58,8 +60,9 @@ std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placemen
 /// [L, E] or [W, L, E] (a stat dump; the rest of the dict is ignored), or a per-pass or
 /// per-token dump, whose records' global_physical_count are mapped to logical experts
 /// through last_physical_to_logical_map (the map in force at the dump: SGLang keeps no
-/// other). moestat::Error naming what is missing or malformed.
-LogicalCounts logical_counts_from_pt(const PtValue& value);
+/// other), with the records' forward_pass_id as pass ids. moestat::Error naming what is
+/// missing or malformed.
+CountWindow logical_counts_from_pt(const PtValue& value);
 
 /// {"physical_to_logical_map": [L, P] int64}: exactly what --init-expert-location loads
 /// (it passes the dict's keys as arguments, so there are no others).
@@ -70,15 +73,6 @@ Placement placement_from_pt(const PtValue& value, std::int64_t num_logical_exper
                             std::uint64_t version = 0);
 
 // ---- expert masks ----
-
-/// Which experts of each layer a KTransformers-style engine keeps on the GPU.
-struct ExpertMask {
-  std::int64_t num_layers = 0;
-  std::int64_t num_experts = 0;
-  std::vector<std::uint8_t> on_gpu;  ///< [L, E], 1 = on the GPU, 0 = on the CPU.
-
-  friend bool operator==(const ExpertMask&, const ExpertMask&) = default;
-};
 
 /// The mask as a bool tensor [L, E] (what torch.save of KTransformers' masks holds).
 HostTensor expert_mask_tensor(const ExpertMask& mask);

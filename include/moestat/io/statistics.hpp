@@ -1,7 +1,7 @@
 // Loading and saving statistics, placements and masks in any format moestat knows, chosen
 // by the file name's extension: what the planners, the report and the CLI call.
 //
-//   io::LogicalCounts counts = io::read_logical_counts("expert_distribution_recorder_1.0.pt");
+//   CountWindow counts = io::read_counts("expert_distribution_recorder_1.0.pt");
 //   io::write_placement("placement.json", placement);   // or .pt, for --init-expert-location
 #pragma once
 
@@ -29,16 +29,21 @@ FileFormat detect_file_format(const std::filesystem::path& path);
 /// naming the path for any other extension.
 FileFormat format_of_extension(const std::filesystem::path& path);
 
-/// Logical counts [W, L, E] (W = 1 and has_window_axis = false for an [L, E] file) from:
-///  - .json: a moestat snapshot (its window), or {"logical_count": ...} as SGLang writes;
+/// The one reader of counts files, for every command, the report and Python. Counts
+/// [W, L, E] (W = 1 and has_window_axis = false for an [L, E] file) from:
+///  - .json: a moestat snapshot (its window, with its pass metadata), {"logical_count": ...}
+///    as SGLang writes, or fiddler's {"expert_popularity": [L][E]};
 ///  - .pt: an SGLang stat, per-pass or per-token dump (logical_counts_from_pt);
 ///  - .safetensors: a tensor "logical_count", integer, [L, E] or [W, L, E].
-/// The format is detected from the contents; errors start with the path.
-LogicalCounts read_logical_counts(const std::filesystem::path& path);
+/// The format is detected from the contents; errors start with the path. Non-whole JSON
+/// entries are refused unless `fractions` is kKeep (CountWindow says why).
+CountWindow read_counts(const std::filesystem::path& path,
+                        Fractions fractions = Fractions::kRefuse);
 /// Writes counts by extension: .json {"logical_count"}, .pt an SGLang stat dump (rank 0,
 /// no utilisation rate), .safetensors a tensor "logical_count" (int32, int64 if a count
-/// needs it) with metadata {"format": "moestat.logical_count"}. Atomic.
-void write_logical_counts(const std::filesystem::path& path, const LogicalCounts& counts);
+/// needs it) with metadata {"format": "moestat.logical_count"}. Whole counts only; pass
+/// metadata is not written (none of these formats has it). Atomic.
+void write_counts(const std::filesystem::path& path, const CountWindow& counts);
 
 /// A placement from .json, .pt ({"physical_to_logical_map"}) or .safetensors (a tensor
 /// "physical_to_logical_map"); E and version as placement_from_json.
@@ -55,7 +60,7 @@ ExpertMask read_expert_mask(const std::filesystem::path& path);
 void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask);
 
 /// Whatever statistics file a path holds; the alternative index follows StatisticsKind.
-using StatisticsFile = std::variant<LogicalCounts, Placement, ExpertMask>;
+using StatisticsFile = std::variant<CountWindow, Placement, ExpertMask>;
 enum class StatisticsKind : std::uint8_t { kLogicalCounts, kPlacement, kExpertMask };
 /// "logical_count", "placement" or "expert_mask".
 std::string_view statistics_kind_name(StatisticsKind kind) noexcept;
@@ -63,8 +68,8 @@ StatisticsKind statistics_kind(const StatisticsFile& file) noexcept;
 
 /// Reads any of the files above, the format detected from the contents and the kind from
 /// the keys: "physical_to_logical_map" is a placement, "gpu_experts_masks" (or a bare bool
-/// tensor in a .pt) a mask, anything else is read as logical counts. Errors start with the
-/// path.
+/// tensor in a .pt) a mask, anything else is read as counts (read_counts, whole counts
+/// only). Errors start with the path.
 StatisticsFile read_statistics_file(const std::filesystem::path& path);
 /// Writes it in the format of the path's extension, as the write_* functions above.
 void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file);

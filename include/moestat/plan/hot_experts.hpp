@@ -2,12 +2,13 @@
 // GPU (the rest run on the CPU), under a budget of GPU experts.
 //
 //   const std::int64_t budget = plan::hot_expert_budget_per_layer(loads, 32);
-//   plan::HotExpertMask mask = plan::choose_hot_experts(
+//   ExpertMask mask = plan::choose_hot_experts(
 //       loads, budget, {.strategy = plan::HotExpertStrategy::kLayerBalanced});
 //   double hit = plan::hot_expert_hit_rate(loads, mask.on_gpu);
 #pragma once
 
 #include <cstdint>
+#include <moestat/expert_mask.hpp>
 #include <moestat/plan/loads.hpp>
 #include <string_view>
 #include <vector>
@@ -37,17 +38,6 @@ struct HotExpertOptions {
   double max_share = 2.0;
 };
 
-/// A mask `[L, E]`: on_gpu[l * E + e] = 1 when expert e of layer l lives on the GPU. Layers
-/// without load (dense layers: they have no experts to offload) are all 1, as KTransformers
-/// writes them.
-struct HotExpertMask {
-  std::int64_t num_layers = 0;
-  std::int64_t num_experts = 0;
-  std::vector<std::uint8_t> on_gpu;
-  std::int64_t budget = 0;                ///< G: GPU experts over the MoE layers.
-  std::vector<std::int64_t> layer_count;  ///< [L] GPU experts per layer (E for dense ones).
-};
-
 /// MoE layers of `loads`: layers with any load.
 std::int64_t num_moe_layers(const ExpertLoads& loads);
 /// G = per_layer x MoE layers (KTransformers' kt_num_gpu_experts x layers). per_layer must be
@@ -57,8 +47,10 @@ std::int64_t hot_expert_budget_per_layer(const ExpertLoads& loads, std::int64_t 
 std::int64_t hot_expert_budget_ratio(const ExpertLoads& loads, double ratio);
 
 /// Chooses `budget` GPU experts over the MoE layers of `loads` (budget in [0, M x E]).
-/// Ties in load go to the lower (layer, expert). moestat::Error on bad input or options.
-HotExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
-                                 const HotExpertOptions& options = {});
+/// Layers without load (dense layers: they have no experts to offload) are all on the GPU,
+/// as KTransformers writes them. Ties in load go to the lower (layer, expert).
+/// moestat::Error on bad input or options.
+ExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
+                              const HotExpertOptions& options = {});
 
 }  // namespace moestat::plan
