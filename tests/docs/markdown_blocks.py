@@ -72,7 +72,8 @@ def _fenced_blocks(lines):
                     and not match["info"].strip()):
                 break
             closing += 1
-        body = [line[indent:] if line[:indent].isspace() else line.lstrip()
+        # A fence indented in a list item: its lines lose up to that indentation.
+        body = [line[min(indent, len(line) - len(line.lstrip())):]
                 for line in lines[index + 1:closing]]
         text = "\n".join(body) + "\n" if body else ""
         yield index, closing, _language(opening["info"], text), text

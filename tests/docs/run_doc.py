@@ -26,7 +26,7 @@ BLOCK_TIMEOUT_S = 300
 
 
 class BlockFailed(Exception):
-    pass
+    """A block that did not pass; the message starts with its file:line."""
 
 
 class Environment:
@@ -35,8 +35,8 @@ class Environment:
     def __init__(self, args, workdir, scripts):
         self.workdir = workdir
         self.scripts = scripts
-        self.engine_venv = pathlib.Path(args.engine_venv) if args.engine_venv else None
-        self.shared = pathlib.Path(args.shared) if args.shared else None
+        self.engine_venv = pathlib.Path(args.engine_venv).absolute() if args.engine_venv else None
+        self.shared = pathlib.Path(args.shared).resolve() if args.shared else None
         build = pathlib.Path(args.build_dir).resolve()
         tools = workdir / "build"
         tools.mkdir()

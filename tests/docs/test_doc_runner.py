@@ -53,7 +53,8 @@ class MarkersTest(DocumentTest):
         self.assert_refused("<!-- doctest: skip: why -->\n\nText.\n", "doc.md:1: a doctest marker")
 
     def test_unknown_options_and_needs_are_refused(self):
-        self.assert_refused("<!-- doctest: run fast -->\n```sh\nls\n```\n", "unknown doctest option")
+        self.assert_refused("<!-- doctest: run fast -->\n```sh\nls\n```\n",
+                            "unknown doctest option")
         self.assert_refused("<!-- doctest: run needs=gpu -->\n```sh\nls\n```\n", "needs=gpu")
 
     def test_a_setup_block_belongs_to_the_run_block_after_it(self):
