@@ -77,8 +77,11 @@ class Environment:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   timeout=BLOCK_TIMEOUT_S)
         except subprocess.TimeoutExpired as timeout:
+            output = timeout.output or b""  # bytes even with text=True
+            if isinstance(output, bytes):
+                output = output.decode(errors="replace")
             raise BlockFailed(f"{where}: still running after {BLOCK_TIMEOUT_S} s:\n"
-                              f"{timeout.output or ''}") from timeout
+                              f"{output}") from timeout
         return done.returncode, done.stdout
 
     def script(self, block, source, suffix):
