@@ -3,9 +3,9 @@
 #include <moestat/record/cuda_recorder.hpp>
 #include <vector>
 
-#include "../../core/logical_counts.hpp"
 #include "cuda_check.hpp"
 #include "device_state.cuh"
+#include "logical_counts.hpp"
 #include "pass_collector.hpp"
 #include "record_kernels.cuh"
 #include "trace_drain.hpp"
