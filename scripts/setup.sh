@@ -26,7 +26,7 @@ packages=(
   python3-torch clang libclang-rt-dev
   # report: PNG writing, and the headless-browser render test
   libstb-dev chromium
-  # the MPI reducer (moestat_mpi) and its three-rank test
+  # the MPI reducer (moestat_dist_mpi) and its three-rank test
   libopenmpi-dev openmpi-bin
   # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
   python3-dev python3-numpy python3-pytest python3-pip

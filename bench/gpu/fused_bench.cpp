@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.hpp"
 #include "graph_timer.hpp"
-#include "record/cuda/cuda_check.hpp"
 #include "record/cuda/record_kernels.cuh"
 #include "router_kernel.hpp"
 

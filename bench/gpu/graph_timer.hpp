@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "record/cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 namespace moestat::bench {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.hpp"
 #include "graph_timer.hpp"
-#include "record/cuda/cuda_check.hpp"
 #include "record/cuda/record_kernels.cuh"
 
 namespace {

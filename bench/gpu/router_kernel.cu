@@ -1,7 +1,7 @@
 #include <cfloat>
 #include <moestat/record/cuda_fused.cuh>
 
-#include "record/cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 #include "router_kernel.hpp"
 
 namespace moestat::bench {

@@ -16,21 +16,6 @@ namespace detail {
 struct LayerLaw;
 }  // namespace detail
 
-/// xoshiro256** seeded through SplitMix64. Used instead of <random>'s distributions, whose
-/// output differs between standard libraries, so a seed gives the same workload everywhere.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) noexcept;
-  std::uint64_t next() noexcept;
-  /// Uniform in [0, bound); bound must be positive.
-  std::uint64_t below(std::uint64_t bound) noexcept;
-  /// Uniform in [0, 1) with 53 random bits.
-  double uniform() noexcept;
-
- private:
-  std::uint64_t state_[4];
-};
-
 /// DeepSeek-V3-like: 61 decoder layers of which the first 3 are dense, 256 experts on 288
 /// physical slots (32 redundant) over 32 ranks of 9 slots, top-8, 8 expert groups.
 ModelTopology deepseek_like_topology();

@@ -10,7 +10,7 @@
 #include <thread>
 #include <type_traits>
 
-#include "../record/cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 namespace moestat::dist {
 namespace {

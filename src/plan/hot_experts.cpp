@@ -4,7 +4,7 @@
 #include <cmath>
 #include <moestat/error.hpp>
 #include <moestat/plan/hot_experts.hpp>
-#include <moestat/workload.hpp>
+#include <moestat/rng.hpp>
 #include <numeric>
 
 namespace moestat::plan {
@@ -155,7 +155,7 @@ ExpertMask choose_hot_experts(const ExpertLoads& loads, std::int64_t budget,
     case HotExpertStrategy::kUniform:
     case HotExpertStrategy::kRandom: {
       const std::vector<std::int64_t> counts = even_split(budget, moe_layers.size(), E);
-      workload::Rng rng(options.seed);
+      Rng rng(options.seed);
       std::vector<std::int64_t> experts(static_cast<std::size_t>(E));
       for (std::size_t i = 0; i < moe_layers.size(); ++i) {
         std::iota(experts.begin(), experts.end(), 0);

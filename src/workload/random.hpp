@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <moestat/workload.hpp>
+#include <moestat/rng.hpp>
 #include <span>
 #include <utility>
 

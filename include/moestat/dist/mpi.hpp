@@ -1,5 +1,5 @@
-// The MPI transport of the cross-rank reduction (library moestat_mpi, built when CMake finds
-// MPI; docs/distributed.md).
+// The MPI transport of the cross-rank reduction (library moestat_dist_mpi, built when CMake
+// finds MPI; docs/distributed.md).
 #pragma once
 
 #include <mpi.h>

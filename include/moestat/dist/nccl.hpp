@@ -1,5 +1,5 @@
-// The NCCL transport of the cross-rank reduction (library moestat_nccl, built with the CUDA
-// recorder when CMake finds NCCL; docs/distributed.md).
+// The NCCL transport of the cross-rank reduction (library moestat_dist_nccl, built with the
+// CUDA recorder when CMake finds NCCL; docs/distributed.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

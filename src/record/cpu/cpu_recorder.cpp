@@ -3,7 +3,7 @@
 #include <moestat/error.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 
-#include "../../core/pass_accumulator.hpp"
+#include "pass_accumulator.hpp"
 #include "topk_histogram.hpp"
 
 namespace moestat::record {

@@ -1,6 +1,6 @@
 #include "collected_storage.hpp"
 
-#include "../../core/logical_counts.hpp"
+#include "logical_counts.hpp"
 #include "cuda_check.hpp"
 
 namespace moestat::record::cuda {

@@ -1,6 +1,6 @@
 #include "window_storage.hpp"
 
-#include "../../core/logical_counts.hpp"
+#include "logical_counts.hpp"
 
 namespace moestat::record::cuda {
 
