@@ -1,7 +1,7 @@
 #include "collected_storage.hpp"
 
-#include "logical_counts.hpp"
 #include "cuda_check.hpp"
+#include "logical_counts.hpp"
 
 namespace moestat::record::cuda {
 
