@@ -8,6 +8,8 @@
 #include <fstream>
 #include <moestat/io/pt.hpp>
 #include <random>
+#include <set>
+#include <utility>
 
 #include "io/test_support.hpp"
 #include "io/zip_archive.hpp"
@@ -147,10 +149,14 @@ PtValue random_value(std::mt19937_64& rng, int depth) {
     }
     default: {
       PtDict dict;
+      // A key twice makes a dict the reader refuses as ambiguous: the keys drawn are distinct.
+      std::set<std::pair<bool, std::int64_t>> keys;  // (is a string "k<n>", n)
       for (std::int64_t i = pick(0, 4); i > 0; --i) {
-        PtValue key =
-            pick(0, 1) == 0 ? PtValue(pick(-1000, 1000)) : PtValue(fmt::format("k{}", pick(0, 99)));
-        dict.emplace_back(std::move(key), random_value(rng, depth - 1));
+        const bool text = pick(0, 1) == 1;
+        const std::int64_t n = text ? pick(0, 99) : pick(-1000, 1000);
+        if (!keys.insert({text, n}).second) continue;
+        dict.emplace_back(text ? PtValue(fmt::format("k{}", n)) : PtValue(n),
+                          random_value(rng, depth - 1));
       }
       return PtValue(std::move(dict));
     }
