@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <optional>
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/sglang.hpp>
+#include <moestat/io/snapshot_json.hpp>
 
 namespace moestat::io {
 namespace {

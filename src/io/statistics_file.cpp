@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <moestat/error.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/placement_json.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/statistics.hpp>
 #include <optional>

@@ -6,9 +6,12 @@
 
 #include <cctype>
 #include <fstream>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/placement_json.hpp>
 #include <moestat/io/pt.hpp>
 #include <moestat/io/safetensors.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>

@@ -5,7 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
 #include <moestat/io/safetensors.hpp>
 
 namespace moestat::test {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <moestat/checked_math.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/document.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/printable.hpp>
