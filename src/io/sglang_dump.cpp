@@ -1,8 +1,6 @@
 // SGLang's expert-distribution dumps: names, directory and the dicts of each mode.
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/snapshot_json.hpp>
