@@ -71,7 +71,7 @@ def closure(layer):
 
 
 def public_layer(relative):
-    """The layer of a header under include/moestat/ ("io/json.hpp", "report.hpp")."""
+    """The layer of a header under include/moestat/ ("io/pt.hpp", "report.hpp")."""
     parts = relative.split("/")
     if len(parts) == 1:
         return {"workload.hpp": "workload", "report.hpp": "report"}.get(parts[0], "core")

@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
 

@@ -17,7 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/output_file.hpp>
 #include <optional>
 

@@ -1,6 +1,9 @@
 // Detecting which moestat document a JSON file holds, and reading it with the path in errors.
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/snapshot_json.hpp>
 
 #include "json_support.hpp"
 #include "readers.hpp"

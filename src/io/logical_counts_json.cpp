@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
 #include <optional>
 
 #include "json_support.hpp"

@@ -3,7 +3,7 @@
 #include <array>
 #include <limits>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/placement_json.hpp>
 
 #include "json_support.hpp"
 #include "readers.hpp"

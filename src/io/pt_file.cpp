@@ -1,6 +1,6 @@
 // torch .pt files: the zip container around the pickle (docs/formats.md).
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/pt.hpp>
 #include <unordered_map>
 

@@ -2,7 +2,8 @@
 // caller that inspects the keys first (document_from_json) parses the text only once.
 #pragma once
 
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
 
 #include "json_support.hpp"
 

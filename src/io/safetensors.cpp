@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <optional>
 
@@ -91,7 +91,7 @@ Entry parse_entry(const std::string& name, const detail::Json& info, std::uint64
   return entry;
 }
 
-SafetensorsFile parse(std::span<const std::byte> bytes) {
+NamedTensors parse(std::span<const std::byte> bytes) {
   MOESTAT_CHECK(bytes.size() >= 8, "not a safetensors file: shorter than 8 bytes");
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
@@ -112,7 +112,7 @@ SafetensorsFile parse(std::span<const std::byte> bytes) {
   }
   const std::span<const std::byte> buffer = bytes.subspan(8 + std::size_t(header_size));
 
-  SafetensorsFile file;
+  NamedTensors file;
   std::vector<Entry> entries;
   for (const std::string& key : keys) {
     const detail::Json& value = document.find(key).value();
@@ -154,14 +154,7 @@ SafetensorsFile parse(std::span<const std::byte> bytes) {
 
 }  // namespace
 
-const HostTensor* SafetensorsFile::find(std::string_view name) const noexcept {
-  for (const auto& [key, tensor] : tensors) {
-    if (key == name) return &tensor;
-  }
-  return nullptr;
-}
-
-SafetensorsFile read_safetensors(std::span<const std::byte> bytes, std::string_view name) {
+NamedTensors read_safetensors(std::span<const std::byte> bytes, std::string_view name) {
   try {
     return parse(bytes);
   } catch (const Error& error) {
@@ -169,13 +162,13 @@ SafetensorsFile read_safetensors(std::span<const std::byte> bytes, std::string_v
   }
 }
 
-SafetensorsFile read_safetensors_file(const std::filesystem::path& path) {
+NamedTensors read_safetensors_file(const std::filesystem::path& path) {
   const std::string bytes = read_text_file(path);
   return read_safetensors(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())),
                           path.string());
 }
 
-std::string safetensors_to_bytes(const SafetensorsFile& file) {
+std::string safetensors_to_bytes(const NamedTensors& file) {
   detail::OrderedJson header = detail::OrderedJson::object();
   if (!file.metadata.empty()) header[std::string(kMetadataKey)] = file.metadata;
   std::uint64_t offset = 0;
@@ -202,7 +195,7 @@ std::string safetensors_to_bytes(const SafetensorsFile& file) {
   return out;
 }
 
-void write_safetensors_file(const std::filesystem::path& path, const SafetensorsFile& file) {
+void write_safetensors_file(const std::filesystem::path& path, const NamedTensors& file) {
   write_file_atomically(path, safetensors_to_bytes(file));
 }
 

@@ -1,33 +1,16 @@
 // SGLang's expert-distribution dumps: names, directory and the dicts of each mode.
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/sglang.hpp>
+#include <moestat/io/snapshot_json.hpp>
+
+#include "payload_mappings.hpp"
 
 namespace moestat::io {
 namespace {
 
 constexpr std::string_view kGathererKey = "primary";  // SGLang's only gatherer without TBO
-
-/// int32 when every value fits (what SGLang writes), else int64.
-HostTensor count_tensor(std::vector<std::int64_t> shape, std::span<const std::int64_t> values) {
-  const bool fits = std::all_of(values.begin(), values.end(), [](std::int64_t value) {
-    return value >= std::numeric_limits<std::int32_t>::min() &&
-           value <= std::numeric_limits<std::int32_t>::max();
-  });
-  if (!fits) return HostTensor::of<std::int64_t>(std::move(shape), values);
-  const std::vector<std::int32_t> narrow(values.begin(), values.end());
-  return HostTensor::of<std::int32_t>(std::move(shape), narrow);
-}
-
-HostTensor map_tensor(const Placement& placement) {
-  const auto map = placement.physical_to_logical();
-  const std::vector<std::int64_t> wide(map.begin(), map.end());
-  return HostTensor::of<std::int64_t>({placement.num_layers(), placement.num_physical_experts()},
-                                      wide);
-}
 
 void require_same_topology(const Snapshot& snapshot, const Placement& placement) {
   MOESTAT_CHECK(placement.num_layers() == snapshot.num_layers &&
@@ -46,7 +29,8 @@ PtDict record(std::int64_t pass_id, std::int64_t rank, HostTensor physical_count
 
 PtValue dump_of(PtList records, const Placement& placement) {
   return PtValue(PtDict{{PtValue("records"), PtValue(std::move(records))},
-                        {PtValue("last_physical_to_logical_map"), PtValue(map_tensor(placement))}});
+                        {PtValue("last_physical_to_logical_map"),
+                         PtValue(detail::physical_to_logical_tensor(placement))}});
 }
 
 }  // namespace
@@ -66,15 +50,10 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank)
 
 PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
                          std::optional<double> average_utilization) {
-  counts.validate("logical counts");
-  counts.require_whole_counts("logical counts");
-  std::vector<std::int64_t> shape{counts.num_layers, counts.num_experts};
-  if (counts.has_window_axis) shape.insert(shape.begin(), counts.window_size);
-  return PtValue(
-      PtDict{{PtValue("rank"), PtValue(rank)},
-             {PtValue("logical_count"), PtValue(count_tensor(std::move(shape), counts.counts))},
-             {PtValue("average_utilization_rate_over_window"),
-              average_utilization ? PtValue(*average_utilization) : PtValue()}});
+  return PtValue(PtDict{{PtValue("rank"), PtValue(rank)},
+                        {PtValue("logical_count"), PtValue(detail::logical_count_tensor(counts))},
+                        {PtValue("average_utilization_rate_over_window"),
+                         average_utilization ? PtValue(*average_utilization) : PtValue()}});
 }
 
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
@@ -91,7 +70,7 @@ PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_pla
                                                std::size_t(slice));
     records.emplace_back(
         record(snapshot.pass_ids[std::size_t(pass)], rank,
-               count_tensor({snapshot.num_layers, snapshot.num_physical_experts}, counts)));
+               detail::count_tensor({snapshot.num_layers, snapshot.num_physical_experts}, counts)));
   }
   return dump_of(std::move(records), last_placement);
 }
@@ -129,7 +108,7 @@ PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_pl
         }
       }
     }
-    PtDict entry = record(pass_id, rank, count_tensor({layers, slots}, physical));
+    PtDict entry = record(pass_id, rank, detail::count_tensor({layers, slots}, physical));
     entry.emplace_back(PtValue("topk_ids_of_layer"),
                        PtValue(HostTensor::of<std::int32_t>({layers, tokens, top_k}, ids)));
     records.emplace_back(std::move(entry));

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/topology.hpp>
 
 #include "json_support.hpp"

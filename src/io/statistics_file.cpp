@@ -1,24 +1,16 @@
 // Statistics, placements and masks in any format, by extension on writing and by contents
-// on reading.
+// on reading: the format picks a codec (codec.hpp), which does the rest.
 #include <algorithm>
-#include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/safetensors.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/statistics.hpp>
 #include <optional>
 #include <string_view>
 
-#include "json_support.hpp"
-#include "readers.hpp"
+#include "codec.hpp"
 
 namespace moestat::io {
 namespace {
-
-constexpr std::string_view kMaskKey = "gpu_experts_masks";
-
-std::span<const std::byte> as_bytes(const std::string& text) {
-  return std::as_bytes(std::span<const char>(text.data(), text.size()));
-}
 
 /// PROTO and a protocol torch.save used: a .pt file from before torch 1.6 (or saved with
 /// _use_new_zipfile_serialization=False), a bare pickle without the zip around it.
@@ -93,14 +85,15 @@ auto naming(const std::filesystem::path& path, Body&& body) {
   }
 }
 
-const HostTensor& require_tensor(const SafetensorsFile& file, std::string_view name) {
-  const HostTensor* tensor = file.find(name);
-  MOESTAT_CHECK(tensor != nullptr, "no tensor \"{}\" in the safetensors file", name);
-  return *tensor;
-}
-
-PtValue as_pt_counts(const HostTensor& tensor) {
-  return PtValue(PtDict{{PtValue("logical_count"), PtValue(tensor)}});
+/// The payload `kind` (any, when none is given) from the file at `path`.
+StatisticsFile read_payload(const std::filesystem::path& path, std::optional<StatisticsKind> kind,
+                            const detail::ReadOptions& options = {}) {
+  const std::string bytes = read_text_file(path);
+  return naming(path, [&] {
+    const detail::Codec& codec = detail::codec_for(detect(path, bytes));
+    const std::string name = path.string();
+    return codec.read(bytes, name, kind ? *kind : codec.kind_of(bytes, name), options);
+  });
 }
 
 }  // namespace
@@ -133,150 +126,31 @@ FileFormat format_of_extension(const std::filesystem::path& path) {
 }
 
 CountWindow read_counts(const std::filesystem::path& path, Fractions fractions) {
-  const std::string bytes = read_text_file(path);
-  return naming(path, [&]() -> CountWindow {
-    switch (detect(path, bytes)) {
-      case FileFormat::kPt:
-        return logical_counts_from_pt(read_pt(as_bytes(bytes), path.string()));
-      case FileFormat::kSafetensors:
-        return logical_counts_from_pt(
-            as_pt_counts(require_tensor(read_safetensors(as_bytes(bytes)), "logical_count")));
-      case FileFormat::kTrace:
-        MOESTAT_FAIL("a per-token trace holds no logical counts (it has physical ids)");
-      case FileFormat::kJson:
-        break;
-    }
-    // Detected as document_from_json detects documents, the counts read with `fractions`.
-    const detail::Json document = detail::parse_json(bytes);
-    const bool object = document.is_object();
-    if (object && document.contains("format")) {
-      return count_window_of(detail::snapshot_from_document(document));
-    }
-    if (object && !document.contains("physical_to_logical_map") && detail::holds_counts(document)) {
-      return detail::logical_counts_from_document(document, fractions);
-    }
-    // Not counts: document_from_json says what it is instead, or why it is nothing.
-    const Document other = document_from_json(bytes);
-    MOESTAT_FAIL("holds a {}, not logical counts", document_kind_name(document_kind(other)));
-  });
+  return std::get<CountWindow>(
+      read_payload(path, StatisticsKind::kLogicalCounts, {.fractions = fractions}));
 }
 
 void write_counts(const std::filesystem::path& path, const CountWindow& counts) {
-  switch (format_of_extension(path)) {
-    case FileFormat::kJson:
-      return write_file_atomically(path, logical_counts_to_json(counts));
-    case FileFormat::kPt:
-      return write_pt_file(path, sglang_stat_dump(counts));
-    case FileFormat::kTrace:
-      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
-    case FileFormat::kSafetensors: {
-      SafetensorsFile file;
-      file.metadata["format"] = "moestat.logical_count";
-      file.tensors.emplace_back("logical_count",
-                                sglang_stat_dump(counts).at("logical_count").tensor());
-      return write_safetensors_file(path, file);
-    }
-  }
+  write_statistics_file(path, counts);
 }
 
 Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts,
                          std::uint64_t version) {
-  const std::string bytes = read_text_file(path);
-  return naming(path, [&]() -> Placement {
-    switch (detect(path, bytes)) {
-      case FileFormat::kPt:
-        return placement_from_pt(read_pt(as_bytes(bytes), path.string()), num_logical_experts,
-                                 version);
-      case FileFormat::kSafetensors: {
-        const SafetensorsFile file = read_safetensors(as_bytes(bytes));
-        return placement_from_pt(
-            PtValue(PtDict{{PtValue("physical_to_logical_map"),
-                            PtValue(require_tensor(file, "physical_to_logical_map"))}}),
-            num_logical_experts, version);
-      }
-      case FileFormat::kTrace:
-        MOESTAT_FAIL("a per-token trace holds no placement");
-      case FileFormat::kJson:
-        break;
-    }
-    return placement_from_json(bytes, num_logical_experts, version);
-  });
+  return std::get<Placement>(
+      read_payload(path, StatisticsKind::kPlacement,
+                   {.num_logical_experts = num_logical_experts, .version = version}));
 }
 
 void write_placement(const std::filesystem::path& path, const Placement& placement) {
-  switch (format_of_extension(path)) {
-    case FileFormat::kJson:
-      return write_file_atomically(path, placement_to_json(placement));
-    case FileFormat::kPt:
-      return write_pt_file(path, placement_to_pt(placement));
-    case FileFormat::kTrace:
-      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
-    case FileFormat::kSafetensors: {
-      SafetensorsFile file;
-      file.metadata["format"] = "moestat.placement";
-      file.tensors.emplace_back("physical_to_logical_map",
-                                placement_to_pt(placement).at("physical_to_logical_map").tensor());
-      return write_safetensors_file(path, file);
-    }
-  }
+  write_statistics_file(path, placement);
 }
 
 ExpertMask read_expert_mask(const std::filesystem::path& path) {
-  const std::string bytes = read_text_file(path);
-  return naming(path, [&]() -> ExpertMask {
-    switch (detect(path, bytes)) {
-      case FileFormat::kPt: {
-        const PtValue value = read_pt(as_bytes(bytes), path.string());
-        const PtValue* keyed = value.find(kMaskKey);
-        return expert_mask_from_tensor(keyed != nullptr ? keyed->tensor() : value.tensor());
-      }
-      case FileFormat::kSafetensors:
-        return expert_mask_from_tensor(require_tensor(read_safetensors(as_bytes(bytes)), kMaskKey));
-      case FileFormat::kTrace:
-        MOESTAT_FAIL("a per-token trace holds no expert mask");
-      case FileFormat::kJson:
-        break;
-    }
-    const detail::Json document = detail::parse_json(bytes);
-    detail::require_object(document, "an expert mask");
-    std::vector<std::int64_t> shape{detail::kAnySize, detail::kAnySize};
-    constexpr std::string_view kDims[] = {"layers", "experts"};
-    const std::vector<std::uint8_t> flags = detail::read_nested<std::uint8_t>(
-        detail::require_key(document, kMaskKey), kMaskKey, shape, kDims,
-        [](const detail::Json& value, const std::string& where) {
-          MOESTAT_CHECK(value.is_boolean(), "{} is {}, expected true or false", where,
-                        detail::describe(value));
-          return std::uint8_t(value.get<bool>() ? 1 : 0);
-        });
-    MOESTAT_CHECK(shape[0] > 0 && shape[1] > 0, "{} is empty", kMaskKey);
-    return {shape[0], shape[1], flags};
-  });
+  return std::get<ExpertMask>(read_payload(path, StatisticsKind::kExpertMask));
 }
 
 void write_expert_mask(const std::filesystem::path& path, const ExpertMask& mask) {
-  const HostTensor tensor = expert_mask_tensor(mask);
-  switch (format_of_extension(path)) {
-    case FileFormat::kJson: {
-      std::vector<bool> flags(mask.on_gpu.begin(), mask.on_gpu.end());
-      detail::OrderedJson rows = detail::OrderedJson::array();
-      for (std::int64_t l = 0; l < mask.num_layers; ++l) {
-        rows.push_back(std::vector<bool>(flags.begin() + l * mask.num_experts,
-                                         flags.begin() + (l + 1) * mask.num_experts));
-      }
-      detail::OrderedJson document = detail::OrderedJson::object();
-      document[std::string(kMaskKey)] = std::move(rows);
-      return write_file_atomically(path, detail::dump_document(document));
-    }
-    case FileFormat::kPt:
-      return write_pt_file(path, PtValue(tensor));
-    case FileFormat::kTrace:
-      MOESTAT_FAIL("{}: a trace cannot be written here", path.string());
-    case FileFormat::kSafetensors: {
-      SafetensorsFile file;
-      file.tensors.emplace_back(std::string(kMaskKey), tensor);
-      return write_safetensors_file(path, file);
-    }
-  }
+  write_statistics_file(path, mask);
 }
 
 std::string_view statistics_kind_name(StatisticsKind kind) noexcept {
@@ -296,44 +170,11 @@ StatisticsKind statistics_kind(const StatisticsFile& file) noexcept {
 }
 
 StatisticsFile read_statistics_file(const std::filesystem::path& path) {
-  const std::string bytes = read_text_file(path);
-  const auto has = [&](std::string_view key) {
-    // Cheap and sufficient: the key names appear verbatim in every format's bytes.
-    return bytes.find(key) != std::string::npos;
-  };
-  switch (detect(path, bytes)) {
-    case FileFormat::kTrace:
-      MOESTAT_FAIL("{}: a per-token trace is not a statistics file", path.string());
-    case FileFormat::kPt: {
-      const PtValue value = naming(path, [&] { return read_pt(as_bytes(bytes), path.string()); });
-      if (value.find("physical_to_logical_map") != nullptr) return read_placement(path);
-      if (value.find(kMaskKey) != nullptr || value.kind() == PtValue::Kind::kTensor) {
-        return read_expert_mask(path);
-      }
-      return read_counts(path);
-    }
-    case FileFormat::kSafetensors:
-    case FileFormat::kJson:
-      break;
-  }
-  if (has("\"physical_to_logical_map\"")) return read_placement(path);
-  if (has(std::string("\"") + std::string(kMaskKey) + "\"")) return read_expert_mask(path);
-  return read_counts(path);
+  return read_payload(path, std::nullopt);
 }
 
 void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file) {
-  std::visit(
-      [&](const auto& value) {
-        using T = std::decay_t<decltype(value)>;
-        if constexpr (std::is_same_v<T, CountWindow>) {
-          write_counts(path, value);
-        } else if constexpr (std::is_same_v<T, Placement>) {
-          write_placement(path, value);
-        } else {
-          write_expert_mask(path, value);
-        }
-      },
-      file);
+  write_file_atomically(path, detail::codec_for(format_of_extension(path)).write(file));
 }
 
 }  // namespace moestat::io

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 
 namespace moestat::io {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/tensor_view.hpp>
 #include <thread>

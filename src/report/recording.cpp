@@ -4,7 +4,7 @@
 #include <cmath>
 #include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/document.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/printable.hpp>
 #include <moestat/record_mode.hpp>

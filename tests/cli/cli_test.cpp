@@ -6,9 +6,12 @@
 
 #include <cctype>
 #include <fstream>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/placement_json.hpp>
 #include <moestat/io/pt.hpp>
 #include <moestat/io/safetensors.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
@@ -768,7 +771,7 @@ TEST(CliInspect, TorchFileListsItsContentsAndSummarisesTheStatistics) {
 TEST(CliInspect, ListsTheFirstTwoHundredTensorsOfASafetensorsFile) {
   // As for .pt files (issue 14: a header of 160k tensors was listed whole, slowly).
   ScratchDir dir;
-  io::SafetensorsFile file;
+  io::NamedTensors file;
   for (int i = 0; i < 300; ++i) {
     file.tensors.emplace_back(fmt::format("t{:03}", i),
                               io::HostTensor::of<std::int32_t>({1}, std::vector<std::int32_t>{i}));

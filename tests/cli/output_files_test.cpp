@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <moestat/io/json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 #include <vector>

@@ -2,7 +2,9 @@
 // compared with the library's results for the same inputs; exit codes 0 / 1 / 2.
 #include <gtest/gtest.h>
 
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/placement_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/plan/cross_node.hpp>
 #include <moestat/plan/eplb.hpp>

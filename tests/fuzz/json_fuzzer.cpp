@@ -2,7 +2,9 @@
 // detection).
 // Any input must read or throw moestat::Error.
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/placement_json.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

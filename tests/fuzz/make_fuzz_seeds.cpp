@@ -4,9 +4,10 @@
 // The pt corpus also holds the bare pickles of its files, for the unpickler, and every corpus
 // the reproductions of the hostile-input findings of issue 14.
 #include <cstdio>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/sglang.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/pt.hpp>
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/files.hpp>
 #include <string>
 
 #include "io/test_support.hpp"

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <moestat/io/json.hpp>
 #include <moestat/io/pt.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/placement_json.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <nlohmann/json.hpp>
 
 #include "io/test_support.hpp"

@@ -8,7 +8,10 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/placement_json.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>

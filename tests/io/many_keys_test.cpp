@@ -5,7 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
 #include <moestat/io/safetensors.hpp>
 
 namespace moestat::test {
@@ -33,7 +34,7 @@ TEST(ManyKeys, SafetensorsHeaderOfOneHundredThousandTensors) {
   std::string bytes(8, '\0');
   std::memcpy(bytes.data(), &size, 8);
   bytes += header + std::string(4 * kTensors, '\0');
-  const io::SafetensorsFile file =
+  const io::NamedTensors file =
       io::read_safetensors(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
   ASSERT_EQ(file.tensors.size(), std::size_t(kTensors));
   EXPECT_EQ(file.tensors.back().first, "t0099999");  // in the order of the data

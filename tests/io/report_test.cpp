@@ -8,7 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <moestat/io/json.hpp>
+#include <moestat/io/files.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <moestat/report.hpp>
 #include <optional>

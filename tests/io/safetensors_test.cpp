@@ -14,7 +14,7 @@ namespace moestat::test {
 namespace {
 
 using io::HostTensor;
-using io::SafetensorsFile;
+using io::NamedTensors;
 using namespace std::string_literals;
 
 std::span<const std::byte> bytes_of(const std::string& text) {
@@ -41,7 +41,7 @@ TEST(Safetensors, ReadsAFileLaidOutByHand) {
       {"__metadata__", {{"format", "pt"}}},
       {"b", {{"dtype", "BOOL"}, {"shape", {2}}, {"data_offsets", {8, 10}}}},
       {"a", {{"dtype", "I32"}, {"shape", {2, 1}}, {"data_offsets", {0, 8}}}}};
-  const SafetensorsFile file =
+  const NamedTensors file =
       io::read_safetensors(bytes_of(file_of(header, le32(7) + le32(-3) + "\x01\x00"s)));
   EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
   ASSERT_EQ(file.tensors.size(), 2u);
@@ -56,7 +56,7 @@ TEST(Safetensors, ReadsAFileLaidOutByHand) {
 RC_GTEST_PROP(SafetensorsProperty, RandomFilesRoundTripExactly, ()) {
   std::mt19937_64 rng(*rc::gen::arbitrary<std::uint64_t>());
   auto pick = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng); };
-  SafetensorsFile file;
+  NamedTensors file;
   for (int i = pick(0, 3); i > 0; --i) file.metadata[fmt::format("m{}", i)] = "value";
   for (int i = pick(0, 5); i > 0; --i) {
     HostTensor tensor;
@@ -76,7 +76,7 @@ RC_GTEST_PROP(SafetensorsProperty, RandomFilesRoundTripExactly, ()) {
   // Any cut of the file is refused cleanly, never read as something else.
   const auto cut = *rc::gen::inRange<std::size_t>(0, bytes.size());
   try {
-    const SafetensorsFile partial = io::read_safetensors(bytes_of(bytes.substr(0, cut)));
+    const NamedTensors partial = io::read_safetensors(bytes_of(bytes.substr(0, cut)));
     RC_ASSERT(partial.tensors.empty() ||
               partial.tensors.back().second.data.empty());  // only empty tensors fit
   } catch (const Error&) {
@@ -85,7 +85,7 @@ RC_GTEST_PROP(SafetensorsProperty, RandomFilesRoundTripExactly, ()) {
 
 TEST(Safetensors, WritesAtomically) {
   ScratchDir dir;
-  SafetensorsFile file;
+  NamedTensors file;
   file.tensors.emplace_back("x", HostTensor::of<double>({1}, std::vector<double>{2.5}));
   io::write_safetensors_file(dir.path() / "x.safetensors", file);
   EXPECT_EQ(io::read_safetensors_file(dir.path() / "x.safetensors"), file);
@@ -95,7 +95,7 @@ TEST(Safetensors, WritesAtomically) {
 }
 
 TEST(Safetensors, WriterRefusesBadNames) {
-  SafetensorsFile file;
+  NamedTensors file;
   const HostTensor one = HostTensor::of<std::int64_t>({1}, std::vector<std::int64_t>{1});
   file.tensors = {{"x", one}, {"x", one}};
   expect_error([&] { io::safetensors_to_bytes(file); }, {"two tensors are named \"x\""});

@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <moestat/io/counts_json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/safetensors.hpp>
 #include <moestat/io/sglang.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <filesystem>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/document.hpp>
+#include <moestat/io/files.hpp>
 #include <moestat/io/sglang.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/report.hpp>
 #include <moestat/workload.hpp>

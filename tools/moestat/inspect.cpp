@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <moestat/checked_math.hpp>
-#include <moestat/io/json.hpp>
+#include <moestat/io/document.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/printable.hpp>
@@ -191,7 +191,7 @@ class InspectCommand final : public Command {
       }
       case io::FileFormat::kSafetensors: {
         std::vector<std::pair<std::string, std::string>> lines;
-        const io::SafetensorsFile file = io::read_safetensors_file(path_);
+        const io::NamedTensors file = io::read_safetensors_file(path_);
         // Names and metadata are the file's bytes: escaped, as .pt keys are.
         for (const auto& [key, value] : file.metadata) {
           lines.emplace_back("__metadata__[\"" + printable(key) + "\"]",

@@ -4,7 +4,6 @@
 
 #include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>
 #include <moestat/io/output_file.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include <moestat/error.hpp>
-#include <moestat/io/json.hpp>  // write_file_atomically
+#include <moestat/io/files.hpp>
 #include <moestat/report.hpp>
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-// What io::write_file_atomically (io/json.hpp) does around the write itself: the checks a
+// What io::write_file_atomically (io/files.hpp) does around the write itself: the checks a
 // command runs on every output before it writes any, and the temporary files it leaves
 // nowhere, even when the process is interrupted.
 #pragma once

@@ -1,7 +1,7 @@
 // safetensors files (Hugging Face's format; TensorRT-LLM-style per-rank statistics and
 // general use): read and write. Layout in docs/formats.md.
 //
-//   io::SafetensorsFile file;
+//   io::NamedTensors file;
 //   file.metadata["format"] = "moestat.logical_count";
 //   file.tensors.emplace_back("logical_count", io::HostTensor::of<std::int32_t>({L, E}, counts));
 //   io::write_safetensors_file("rank0.safetensors", file);
@@ -9,40 +9,25 @@
 
 #include <cstddef>
 #include <filesystem>
-#include <map>
-#include <moestat/io/host_tensor.hpp>
+#include <moestat/io/named_tensors.hpp>
 #include <span>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 namespace moestat::io {
 
-struct SafetensorsFile {
-  /// The optional "__metadata__" object: string to string.
-  std::map<std::string, std::string> metadata;
-  /// Tensors by name, in the order of their data in the file. Devices are not stored.
-  std::vector<std::pair<std::string, HostTensor>> tensors;
-
-  /// The tensor named `name`, or nullptr.
-  const HostTensor* find(std::string_view name) const noexcept;
-
-  friend bool operator==(const SafetensorsFile&, const SafetensorsFile&) = default;
-};
-
-/// Parses safetensors bytes. moestat::Error starting with `name` on a header that is not
-/// JSON, over 100 MB, names a dtype other than BOOL, I32, I64, F32, F64, has offsets that
-/// do not match the shape, overlap, leave holes or run past the end of the file.
-SafetensorsFile read_safetensors(std::span<const std::byte> bytes,
-                                 std::string_view name = "<memory>");
-SafetensorsFile read_safetensors_file(const std::filesystem::path& path);
+/// Parses safetensors bytes (the optional "__metadata__" object is the metadata). moestat::Error
+/// starting with `name` on a header that is not JSON, over 100 MB, names a dtype other than BOOL,
+/// I32, I64, F32, F64, has offsets that do not match the shape, overlap, leave holes or run past
+/// the end of the file.
+NamedTensors read_safetensors(std::span<const std::byte> bytes, std::string_view name = "<memory>");
+NamedTensors read_safetensors_file(const std::filesystem::path& path);
 
 /// The bytes of a safetensors file: header padded with spaces to a multiple of 8 bytes,
 /// then every tensor's data in order. moestat::Error on duplicate or empty names, a name
 /// "__metadata__", or a tensor whose data size does not match its shape.
-std::string safetensors_to_bytes(const SafetensorsFile& file);
+std::string safetensors_to_bytes(const NamedTensors& file);
 /// Writes safetensors_to_bytes(file) atomically (temporary file, fsync, rename).
-void write_safetensors_file(const std::filesystem::path& path, const SafetensorsFile& file);
+void write_safetensors_file(const std::filesystem::path& path, const NamedTensors& file);
 
 }  // namespace moestat::io

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <moestat/counts.hpp>
 #include <moestat/expert_mask.hpp>
-#include <moestat/io/json.hpp>
 #include <moestat/io/pt.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/snapshot.hpp>

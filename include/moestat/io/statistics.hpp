@@ -7,7 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <moestat/io/json.hpp>
+#include <moestat/io/counts_json.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/placement.hpp>
 #include <string_view>
