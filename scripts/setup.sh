@@ -26,6 +26,10 @@ packages=(
   python3-torch clang libclang-rt-dev
   # report: PNG writing, and the headless-browser render test
   libstb-dev chromium
+  # report: SVG charts rendered to PNG
+  librsvg2-dev libcairo2-dev
+  # live metrics: the opt-in Prometheus endpoint, and the parser its scrape test reads with
+  libcpp-httplib-dev python3-prometheus-client
   # the MPI reducer (moestat_dist_mpi) and its three-rank test
   libopenmpi-dev openmpi-bin
   # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
