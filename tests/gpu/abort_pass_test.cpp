@@ -54,13 +54,7 @@ TEST(CudaAbortPass, LeavesNoTrace) {
     pass_on(rng, 0, gpu, &cpu, false);
     pass_on(rng, 1, gpu, nullptr, true);
     pass_on(rng, 2, gpu, &cpu, false);
-    const Snapshot expected = cpu.snapshot();
-    const Snapshot actual = gpu.snapshot();
-    if (mode == RecordMode::kDecayed) {
-      expect_same_decayed(expected, actual);
-    } else {
-      expect_same_window(expected, actual);
-    }
+    expect_same_recording(mode, cpu.snapshot(), gpu.snapshot());
   }
 }
 

@@ -242,11 +242,7 @@ TEST(CudaRecorder, PassesUseThePlacementInForce) {
       gpu.end_pass();
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (mode == RecordMode::kStat) {
-      expect_same_window(cpu.snapshot(), gpu.snapshot());
-    } else {
-      expect_same_decayed(cpu.snapshot(), gpu.snapshot());
-    }
+    expect_same_recording(mode, cpu.snapshot(), gpu.snapshot());
   }
 }
 

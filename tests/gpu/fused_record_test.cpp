@@ -46,11 +46,7 @@ TEST(CudaFusedRecord, EngineKernelCountsEqualTheHook) {
       gpu.end_pass();
     }
     MOESTAT_EXPECT_CUDA(cudaDeviceSynchronize());
-    if (mode == RecordMode::kDecayed) {
-      expect_same_decayed(cpu.snapshot(), gpu.snapshot());
-    } else {
-      expect_same_window(cpu.snapshot(), gpu.snapshot());
-    }
+    expect_same_recording(mode, cpu.snapshot(), gpu.snapshot());
   }
 }
 

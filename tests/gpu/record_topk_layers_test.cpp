@@ -108,6 +108,18 @@ void pass_on_both(std::mt19937_64& rng, CpuRecorder& cpu, CudaRecorder& gpu, std
   MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(gpu.stream()));
 }
 
+/// One pass of each size and form of valid count on both recorders: decode sizes (direct
+/// atomics) and a prefill size (block histograms). Returns how many passes ran.
+std::int64_t passes_of_every_size(std::mt19937_64& rng, CpuRecorder& cpu, CudaRecorder& gpu) {
+  std::int64_t pass_id = 0;
+  for (std::int64_t rows : {1, 3, 64, 700}) {
+    for (Valid valid : {Valid::kAll, Valid::kHostCount, Valid::kDeviceCount}) {
+      pass_on_both(rng, cpu, gpu, pass_id++, rows, valid);
+    }
+  }
+  return pass_id;
+}
+
 TEST(CudaRecordTopkLayers, EqualsRecordTopkLayerByLayer) {
   MOESTAT_REQUIRE_GPU();
   // 130 MoE layers: three launches of at most 64 layers, each split again where the id type
@@ -124,20 +136,8 @@ TEST(CudaRecordTopkLayers, EqualsRecordTopkLayerByLayer) {
       std::mt19937_64 rng(7);
       cpu.start();
       gpu.start();
-      std::int64_t pass_id = 0;
-      // Decode sizes (direct atomics) and a prefill size (block histograms).
-      for (std::int64_t rows : {1, 3, 64, 700}) {
-        for (Valid valid : {Valid::kAll, Valid::kHostCount, Valid::kDeviceCount}) {
-          pass_on_both(rng, cpu, gpu, pass_id++, rows, valid);
-        }
-      }
-      const Snapshot expected = cpu.snapshot();
-      const Snapshot actual = gpu.snapshot();
-      if (mode == RecordMode::kDecayed) {
-        expect_same_decayed(expected, actual);
-      } else {
-        expect_same_window(expected, actual);
-      }
+      passes_of_every_size(rng, cpu, gpu);
+      expect_same_recording(mode, cpu.snapshot(), gpu.snapshot());
     }
   }
 }
@@ -154,14 +154,9 @@ TEST(CudaRecordTopkLayers, PerTokenTraceEqualsRecordTopkLayerByLayer) {
     std::mt19937_64 rng(7);
     cpu.start();
     gpu.start();
-    std::int64_t pass_id = 0;
-    for (std::int64_t rows : {1, 3, 64, 700}) {
-      for (Valid valid : {Valid::kAll, Valid::kHostCount, Valid::kDeviceCount}) {
-        pass_on_both(rng, cpu, gpu, pass_id++, rows, valid);
-      }
-    }
+    const std::int64_t num_passes = passes_of_every_size(rng, cpu, gpu);
     gpu.drain_trace();
-    EXPECT_EQ(gpu.snapshot().num_passes, pass_id);
+    EXPECT_EQ(gpu.snapshot().num_passes, num_passes);
   }
   expect_trace_holds(path, cpu.snapshot());
 }

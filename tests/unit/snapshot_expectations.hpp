@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
 
 namespace moestat::testing {
@@ -34,6 +35,16 @@ inline void expect_same_decayed(const Snapshot& expected, const Snapshot& actual
   }
   EXPECT_EQ(actual.num_passes, expected.num_passes);
   EXPECT_EQ(actual.dropped_ids, expected.dropped_ids);
+}
+
+/// What `mode` keeps: the decayed sums for `decayed`, the window for every other mode.
+inline void expect_same_recording(RecordMode mode, const Snapshot& expected,
+                                  const Snapshot& actual) {
+  if (mode == RecordMode::kDecayed) {
+    expect_same_decayed(expected, actual);
+  } else {
+    expect_same_window(expected, actual);
+  }
 }
 
 }  // namespace moestat::testing
