@@ -31,6 +31,44 @@ bool off_home(std::int32_t expert, std::int64_t slot, const std::vector<std::int
   return home[std::size_t(expert / layout.group_size)] != layout.node_of_slot(slot);
 }
 
+/// One layer's map under each scenario (its loads as shares), each on its own copy of the
+/// row, kept in step: a move is judged by the sum over scenarios of their heaviest GPU, as
+/// plan_moestat's expected objective judges a plan.
+class ScenarioMaps {
+ public:
+  ScenarioMaps(std::span<const std::int32_t> row, std::span<const ExpertLoads> scenarios,
+               std::int64_t layer, const detail::Layout& layout) {
+    for (const ExpertLoads& scenario : scenarios) {
+      const double total = scenario.layer_total(layer);
+      if (total <= 0.0) continue;
+      rows_.emplace_back(row.begin(), row.end());
+      shares_.emplace_back();
+      for (const double v : scenario.row(layer)) shares_.back().push_back(v / total);
+    }
+    maps_.reserve(rows_.size());
+    for (std::size_t i = 0; i < rows_.size(); ++i) maps_.emplace_back(rows_[i], shares_[i], layout);
+  }
+
+  double objective() const {
+    double sum = 0.0;
+    for (const detail::LayerMap& map : maps_) sum += map.heaviest_load();
+    return sum;
+  }
+  double objective_after_repoint(std::int64_t slot, std::int32_t expert) {
+    double sum = 0.0;
+    for (detail::LayerMap& map : maps_) sum += map.max_after_repoint(slot, expert);
+    return sum;
+  }
+  void repoint(std::int64_t slot, std::int32_t expert) {
+    for (detail::LayerMap& map : maps_) map.repoint(slot, expert);
+  }
+
+ private:
+  std::vector<std::vector<std::int32_t>> rows_;
+  std::vector<std::vector<double>> shares_;
+  std::vector<detail::LayerMap> maps_;
+};
+
 void check_shapes(const ExpertLoads& loads, const Placement& placement, const EplbConfig& config) {
   config.validate(loads.num_experts);
   MOESTAT_CHECK(placement.num_layers() == loads.num_layers &&
@@ -91,21 +129,23 @@ CrossNodeResult relax_across_nodes(const Placement& plan, std::span<const Expert
     if (combined.layer_total(l) <= 0.0) continue;
     const auto row = std::span(map).subspan(std::size_t(l) * P, P);
     const std::vector<std::int64_t> home = home_nodes(row, layout);
+    // The sum picks the candidates; the scenarios judge them.
     detail::LayerMap layer(row, combined.row(l), layout);
+    ScenarioMaps judged(row, scenarios, l, layout);
     std::int64_t crossing = 0;
     for (std::int64_t p = 0; p < layout.num_slots; ++p) {
       crossing += off_home(layer.at(p), p, home, layout) ? 1 : 0;
     }
     for (std::int64_t step = 0; step < layout.num_slots; ++step) {
       const std::int64_t x = layer.heaviest_gpu();
-      const double max_now = layer.heaviest_load();
+      const double now = judged.objective();
       std::iota(by_replica_weight.begin(), by_replica_weight.end(), 0);
       std::partial_sort(by_replica_weight.begin(),
                         by_replica_weight.begin() + std::ptrdiff_t(kCandidates),
                         by_replica_weight.end(), [&](std::int32_t a, std::int32_t b) {
                           return layer.replica_weight(a) > layer.replica_weight(b);
                         });
-      double best_gain = 1e-12 * max_now;
+      double best_gain = 1e-12 * now;
       std::int64_t best_slot = -1;
       std::int32_t best_expert = -1;
       // Slots of the heaviest GPU (a lighter expert there) and of the lightest GPUs (one
@@ -130,7 +170,7 @@ CrossNodeResult relax_across_nodes(const Placement& plan, std::span<const Expert
           const std::int64_t after = crossing + (off_home(b, s, home, layout) ? 1 : 0) -
                                      (off_home(a, s, home, layout) ? 1 : 0);
           if (after > max_replicas_per_layer) continue;
-          const double gain = max_now - layer.max_after_repoint(s, b);
+          const double gain = now - judged.objective_after_repoint(s, b);
           if (gain > best_gain) {
             best_gain = gain;
             best_slot = s;
@@ -142,6 +182,7 @@ CrossNodeResult relax_across_nodes(const Placement& plan, std::span<const Expert
       crossing += (off_home(best_expert, best_slot, home, layout) ? 1 : 0) -
                   (off_home(layer.at(best_slot), best_slot, home, layout) ? 1 : 0);
       layer.repoint(best_slot, best_expert);
+      judged.repoint(best_slot, best_expert);
     }
     result.cross_node_replicas[std::size_t(l)] = crossing;
   }

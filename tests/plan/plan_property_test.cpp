@@ -1,11 +1,12 @@
 // Property tests of the planners on random loads and deployments: every plan is a valid
-// placement that keeps the deployment's rules, and moestat's plan is never worse than the
-// reference's in-sample, layer by layer.
+// placement that keeps the deployment's rules, moestat's plan is never worse than the
+// reference's in-sample, layer by layer, and neither beats the balancedness bound.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <moestat/plan/bound.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/metrics.hpp>
 #include <numeric>
@@ -207,6 +208,24 @@ RC_GTEST_PROP(PlanProperty, MoestatPlansAreValidAndNeverWorseInSample, ()) {
   const auto o = plan::evaluate_placement(c.loads, ours, c.config.num_gpus);
   for (std::size_t l = 0; l < r.layer_balancedness.size(); ++l) {
     RC_ASSERT(o.layer_balancedness[l] >= r.layer_balancedness[l] * (1.0 - 1e-12));
+  }
+}
+
+// The bound over every assignment of groups to nodes is at least the bound with moestat's
+// nodes, which is at least moestat's balancedness; the reference stays under the first.
+RC_GTEST_PROP(PlanProperty, NoPlanBeatsTheBound, ()) {
+  const Case c = *random_case();
+  const Placement reference = plan::plan_deepseek(c.loads, c.config);
+  const Placement ours = plan::plan_moestat({&c.loads, 1}, c.config);
+  const auto bound = plan::balancedness_bound(c.loads, c.config).layer_balancedness;
+  const auto given_nodes = plan::balancedness_bound(c.loads, c.config, ours).layer_balancedness;
+  const auto r = plan::evaluate_placement(c.loads, reference, c.config.num_gpus);
+  const auto o = plan::evaluate_placement(c.loads, ours, c.config.num_gpus);
+  constexpr double kSlack = 1.0 + 1e-12;
+  for (std::size_t l = 0; l < bound.size(); ++l) {
+    RC_ASSERT(r.layer_balancedness[l] <= bound[l] * kSlack);
+    RC_ASSERT(o.layer_balancedness[l] <= given_nodes[l] * kSlack);
+    RC_ASSERT(given_nodes[l] <= bound[l] * kSlack);
   }
 }
 

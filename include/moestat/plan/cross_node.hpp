@@ -32,11 +32,12 @@ double cross_node_share(const ExpertLoads& loads, const Placement& placement,
 
 /// From a hierarchical `plan` (every group on one node), greedy moves that each re-point
 /// one slot (of the heaviest GPU or of the 4 lightest) from an expert with spare replicas to
-/// one of the 8 experts with the heaviest load per replica, on any node, while that lowers
-/// the heaviest GPU
-/// (on the equal-weight sum of `scenarios`) and leaves at most `max_replicas_per_layer`
-/// replicas per layer off their group's home node. A global `config`, or a bound of 0,
-/// returns `plan` unchanged. moestat::Error on mismatched shapes.
+/// one of the 8 experts with the heaviest load per replica, on any node (both chosen on the
+/// equal-weight sum of `scenarios`), while that lowers the sum over scenarios (each
+/// normalised per layer) of their heaviest GPU, plan_moestat's expected objective, and
+/// leaves at most `max_replicas_per_layer` replicas per layer off their group's home node.
+/// A global `config`, or a bound of 0, returns `plan` unchanged. moestat::Error on
+/// mismatched shapes.
 CrossNodeResult relax_across_nodes(const Placement& plan, std::span<const ExpertLoads> scenarios,
                                    const EplbConfig& config, std::int64_t max_replicas_per_layer);
 
