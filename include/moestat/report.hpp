@@ -1,5 +1,22 @@
 // Reports of a recording: a self-contained HTML page, its figures as standalone SVG (and the
 // heatmap as PNG), and the metrics in Prometheus' text exposition format.
+//
+// Example: which of two plans balances better on the passes after the first 32, which
+// they were planned on (`moestat report` does this from the command line):
+//
+//   namespace report = moestat::report;
+//   const report::Recording recording = report::load_recording("demo-out/snapshot.json");
+//   const report::Options options{.num_gpus = 32,
+//                                 .num_nodes = 4,
+//                                 .placements = {{"recorded", recorded}, {"moestat", plan}},
+//                                 .held_out_from = 32};
+//   for (const auto& [name, balancedness] : report::balancedness(recording, options)) {
+//     fmt::print("{}: {:.3f}\n", name, balancedness);  // identity first, then as given
+//   }
+//   const std::string page = report::render_html(recording, options);
+//   for (const report::Figure& figure : report::render_figures(recording, options)) {
+//     save(svg_dir / (figure.name + ".svg"), figure.svg);  // as `--svg DIR` writes them
+//   }
 #pragma once
 
 #include <cstdint>

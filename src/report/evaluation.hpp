@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <moestat/report.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moestat::report::detail {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <variant>
 
+#include "evaluation.hpp"
+
 namespace moestat::report {
 namespace {
 
@@ -145,7 +147,7 @@ void Options::validate(const Recording& recording) const {
                   "the recording keeps {} passes",
                   *held_out_from, recording.num_passes());
   }
-  std::set<std::string_view> names{"identity"};
+  std::set<std::string_view> names{detail::kIdentityName};
   for (const auto& [name, placement] : placements) {
     // Names are shown in HTML (escaped) and used as Prometheus label values (not escaped).
     MOESTAT_CHECK(!name.empty() && name.find_first_of("\"\\\n") == std::string::npos,
@@ -153,7 +155,7 @@ void Options::validate(const Recording& recording) const {
                   "breaks: {}",
                   printable(name));
     MOESTAT_CHECK(names.insert(name).second, "two placements are named {}{}", printable(name),
-                  name == "identity" ? " (the reference placement's name)" : "");
+                  name == detail::kIdentityName ? " (the reference placement's name)" : "");
     MOESTAT_CHECK(placement.num_layers() == recording.num_layers() &&
                       placement.num_logical_experts() == recording.num_experts(),
                   "placement {} has {} layers x {} experts, the recording {} x {}", name,
