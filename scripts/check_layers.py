@@ -48,6 +48,7 @@ WHITE_BOX = {
     "src/io/read_budget.hpp": "the .pt fuzzer drives the unpickler",
     "src/record/cuda/record_kernels.cuh": "the GPU benchmarks time the launchers",
     "src/cuda_support/cuda_check.hpp": "the GPU benchmarks check their CUDA calls",
+    "src/report/ticks.hpp": "the report test checks axis ticks and their short labels",
 }
 
 SCANNED = ["src", "include", "tools", "python/src", "tests", "bench"]

@@ -1,4 +1,4 @@
-// Internal: the heatmap's log colour scale, shared by the HTML and PNG renderings.
+// Internal: the heatmap's log colour scale and its colour bar's colours (svg_heatmap.cpp).
 #pragma once
 
 #include <array>

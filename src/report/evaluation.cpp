@@ -6,13 +6,15 @@
 namespace moestat::report::detail {
 namespace {
 
-// The metrics are the planners' (include/moestat/plan/metrics.hpp), so a report and
-// `moestat eval` always agree.
+// The metrics are the planners' (include/moestat/plan/metrics.hpp), so a report, `moestat
+// eval` and the demo's held-out figures always agree.
 Evaluation evaluate_one(const Recording& recording, const Placement& placement,
-                        std::int64_t num_gpus, std::string name) {
+                        std::int64_t num_gpus, const JudgedPasses& judged, std::string name) {
   Evaluation out;
   out.name = std::move(name);
-  const plan::ExpertLoads totals = plan::loads_of(recording.counts);
+  const plan::ExpertLoads totals = judged.held_out
+                                       ? plan::loads_of(recording.counts, judged.begin, judged.end)
+                                       : plan::loads_of(recording.counts);
   out.gpu_loads = plan::gpu_loads(totals, placement, num_gpus);
   const plan::BalanceReport report = plan::evaluate_placement(totals, placement, num_gpus);
   out.layer_balancedness = report.layer_balancedness;
@@ -31,16 +33,23 @@ Evaluation evaluate_one(const Recording& recording, const Placement& placement,
 
 }  // namespace
 
+JudgedPasses judged_passes(const Recording& recording, const Options& options) {
+  if (!options.held_out_from) return {.begin = 0, .end = recording.num_passes()};
+  return {.begin = *options.held_out_from, .end = recording.num_passes(), .held_out = true};
+}
+
 std::vector<Evaluation> evaluate(const Recording& recording, const Options& options) {
   options.validate(recording);
+  const JudgedPasses judged = judged_passes(recording, options);
   std::vector<Evaluation> out;
   // Expert e of every layer on its own slot e, so on GPU e / (E / num_gpus).
   out.push_back(evaluate_one(
       recording,
       Placement::trivial(recording.num_layers(), recording.num_experts(), recording.num_experts()),
-      options.num_gpus, "identity"));
-  if (options.placement) {
-    out.push_back(evaluate_one(recording, *options.placement, options.num_gpus, "planned"));
+      options.num_gpus, judged, std::string(kIdentityName)));
+  for (const NamedPlacement& placement : options.placements) {
+    out.push_back(
+        evaluate_one(recording, placement.placement, options.num_gpus, judged, placement.name));
   }
   return out;
 }
@@ -49,11 +58,13 @@ std::vector<Evaluation> evaluate(const Recording& recording, const Options& opti
 
 namespace moestat::report {
 
-Balancedness balancedness(const Recording& recording, const Options& options) {
+std::vector<PlacementBalancedness> balancedness(const Recording& recording,
+                                                const Options& options) {
   recording.validate();
-  const std::vector<detail::Evaluation> evaluations = detail::evaluate(recording, options);
-  Balancedness out{.identity = evaluations[0].balancedness};
-  if (evaluations.size() > 1) out.planned = evaluations[1].balancedness;
+  std::vector<PlacementBalancedness> out;
+  for (const detail::Evaluation& evaluation : detail::evaluate(recording, options)) {
+    out.push_back({.name = evaluation.name, .balancedness = evaluation.balancedness});
+  }
   return out;
 }
 

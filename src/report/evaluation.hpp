@@ -5,19 +5,30 @@
 #include <cstdint>
 #include <moestat/report.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moestat::report::detail {
 
+/// The name the identity placement is shown with.
+inline constexpr std::string_view kIdentityName = "identity";
+
 struct Evaluation {
-  std::string name;                        ///< "identity" or "planned".
-  std::vector<double> gpu_loads;           ///< [L, G] of the recording's totals.
-  std::vector<double> layer_balancedness;  ///< [L]; -1 for layers without load.
+  std::string name;                        ///< "identity" or the placement's name.
+  std::vector<double> gpu_loads;           ///< [L, G] over the judged passes.
+  std::vector<double> layer_balancedness;  ///< [L] over the judged passes; -1 without load.
   double balancedness = 1.0;               ///< Mean over layers with load.
-  std::vector<double> pass_balancedness;   ///< [W]; -1 for passes without load.
+  std::vector<double> pass_balancedness;   ///< [W], every pass; -1 for passes without load.
 };
 
-/// The identity placement first, then options.placement when set.
+/// The passes placements are judged on: [options.held_out_from, W) when set, else all.
+struct JudgedPasses {
+  std::int64_t begin = 0, end = 0;
+  bool held_out = false;
+};
+JudgedPasses judged_passes(const Recording& recording, const Options& options);
+
+/// The identity placement first, then options.placements in order.
 std::vector<Evaluation> evaluate(const Recording& recording, const Options& options);
 
 }  // namespace moestat::report::detail

@@ -21,7 +21,10 @@ std::string value_text(double value) { return fmt::format("{}", value); }
 
 std::string prometheus_text(const Recording& recording, const Options& options) {
   recording.validate();
-  const std::vector<detail::Evaluation> evaluations = detail::evaluate(recording, options);
+  // The exposition describes the whole recording, as its other families do.
+  Options whole = options;
+  whole.held_out_from.reset();
+  const std::vector<detail::Evaluation> evaluations = detail::evaluate(recording, whole);
   const std::int64_t num_layers = recording.num_layers(), num_experts = recording.num_experts();
   const std::vector<std::int64_t> totals = recording.counts.totals();  // [L, E]
   std::vector<bool> loaded(static_cast<std::size_t>(num_layers), false);

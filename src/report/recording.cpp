@@ -1,6 +1,7 @@
 // From a file to a Recording, and the checks on recordings and report options.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
@@ -9,7 +10,11 @@
 #include <moestat/printable.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/report.hpp>
+#include <set>
+#include <string_view>
 #include <variant>
+
+#include "evaluation.hpp"
 
 namespace moestat::report {
 namespace {
@@ -47,12 +52,17 @@ Recording from_snapshot(const Snapshot& snapshot) {
   meta.emplace_back("passes in the window", fmt::format("{}", snapshot.window_size()));
   if (!snapshot.pass_ids.empty()) {
     meta.emplace_back("pass ids",
-                      fmt::format("{}..{}", snapshot.pass_ids.front(), snapshot.pass_ids.back()));
+                      fmt::format("{} to {}", snapshot.pass_ids.front(), snapshot.pass_ids.back()));
   }
   if (!snapshot.placement_versions.empty()) {
-    meta.emplace_back("placement versions",
-                      fmt::format("{}..{}", snapshot.placement_versions.front(),
-                                  snapshot.placement_versions.back()));
+    const auto [lowest, highest] =
+        std::minmax_element(snapshot.placement_versions.begin(), snapshot.placement_versions.end());
+    meta.emplace_back("placement version",
+                      *lowest == *highest
+                          ? fmt::format("{} (one placement over the whole window)", *lowest)
+                          : fmt::format("{} to {} (the engine changed placement during the "
+                                        "window)",
+                                        *lowest, *highest));
   }
   const std::int64_t tokens = checked_sum(snapshot.pass_num_tokens, "the sum of pass_num_tokens");
   if (!snapshot.pass_num_tokens.empty())
@@ -127,16 +137,34 @@ void Options::validate(const Recording& recording) const {
   MOESTAT_CHECK(num_gpus > 0 && recording.num_experts() % num_gpus == 0,
                 "the GPU count ({}) must be positive and divide the recording's {} experts",
                 num_gpus, recording.num_experts());
+  MOESTAT_CHECK(num_nodes > 0 && num_gpus % num_nodes == 0,
+                "the node count ({}) must be positive and divide the GPU count ({})", num_nodes,
+                num_gpus);
   MOESTAT_CHECK(top_experts > 0, "top_experts must be positive, got {}", top_experts);
-  if (!placement) return;
-  MOESTAT_CHECK(placement->num_layers() == recording.num_layers() &&
-                    placement->num_logical_experts() == recording.num_experts(),
-                "the placement has {} layers x {} experts, the recording {} x {}",
-                placement->num_layers(), placement->num_logical_experts(), recording.num_layers(),
-                recording.num_experts());
-  MOESTAT_CHECK(placement->num_physical_experts() % num_gpus == 0,
-                "the GPU count ({}) must divide the placement's {} physical slots", num_gpus,
-                placement->num_physical_experts());
+  if (held_out_from) {
+    MOESTAT_CHECK(*held_out_from >= 1 && *held_out_from < recording.num_passes(),
+                  "the first held-out pass ({}) must leave passes on both sides of the split; "
+                  "the recording keeps {} passes",
+                  *held_out_from, recording.num_passes());
+  }
+  std::set<std::string_view> names{detail::kIdentityName};
+  for (const auto& [name, placement] : placements) {
+    // Names are shown in HTML (escaped) and used as Prometheus label values (not escaped).
+    MOESTAT_CHECK(!name.empty() && name.find_first_of("\"\\\n") == std::string::npos,
+                  "a placement's name must be non-empty, without quotes, backslashes or line "
+                  "breaks: {}",
+                  printable(name));
+    MOESTAT_CHECK(names.insert(name).second, "two placements are named {}{}", printable(name),
+                  name == detail::kIdentityName ? " (the reference placement's name)" : "");
+    MOESTAT_CHECK(placement.num_layers() == recording.num_layers() &&
+                      placement.num_logical_experts() == recording.num_experts(),
+                  "placement {} has {} layers x {} experts, the recording {} x {}", name,
+                  placement.num_layers(), placement.num_logical_experts(), recording.num_layers(),
+                  recording.num_experts());
+    MOESTAT_CHECK(placement.num_physical_experts() % num_gpus == 0,
+                  "the GPU count ({}) must divide placement {}'s {} physical slots", num_gpus, name,
+                  placement.num_physical_experts());
+  }
 }
 
 }  // namespace moestat::report

@@ -556,8 +556,8 @@ TEST(CliDemo, EveryPresetRunsAndWritesItsReport) {
     EXPECT_TRUE(run.out.starts_with(fmt::format("workload: {}, ", preset))) << run.out;
     EXPECT_TRUE(contains(run.out, "check: snapshot equals independent tally")) << run.out;
     // Both planners judged on the passes they did not see, next to each other.
-    EXPECT_TRUE(has_line(run.out, "  recorded placement:", ".")) << run.out;
-    EXPECT_TRUE(has_line(run.out, "  deepseek (EPLB, window sum):", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  recorded:", ".")) << run.out;
+    EXPECT_TRUE(has_line(run.out, "  EPLB (DeepSeek, window sum):", ".")) << run.out;
     EXPECT_TRUE(has_line(run.out, "  moestat (", ".")) << run.out;
     EXPECT_TRUE(has_line(run.out, "  layer-balanced:", "%")) << run.out;
     // SGLang's files: the stat dump holds the snapshot's window; the placements load.
@@ -600,6 +600,66 @@ TEST(CliReport, WritesHtmlPngAndPrometheus) {
   EXPECT_TRUE(contains(run.out, "moestat_expert_load{layer=\"0\",expert=\"7\"} "));
 }
 
+TEST(CliReport, ComparesNamedPlacementsOnHeldOutPassesAsTheDemoPrintsThem) {
+  ScratchDir dir;
+  const CliRun demo = run_cli("demo --preset mixtral-8x7b --passes 8 --out " + quoted(dir.path()));
+  ASSERT_EQ(demo.code, 0) << demo.err;
+  // The demo prints each placement's held-out balancedness ("  LABEL: 0.xxx"); its report
+  // shows the same.
+  const std::string demo_page = read_whole_file(dir.path() / "report.html");
+  for (const char* label : {"  recorded:", "  EPLB (", "  moestat ("}) {
+    const std::size_t at = demo.out.find(label);
+    ASSERT_NE(at, std::string::npos) << label << " not in\n" << demo.out;
+    const std::size_t colon = demo.out.find(':', at);
+    const std::string figure = demo.out.substr(demo.out.find_first_not_of(' ', colon + 1), 5);
+    EXPECT_TRUE(contains(demo_page, "</td><td>" + figure + "</td>")) << label << figure;
+  }
+  EXPECT_TRUE(contains(demo_page, "on passes 4-7, held out from planning"))
+      << demo_page.substr(0, 2000);
+
+  // The same comparison from `moestat report`, named placements in any format, figures as
+  // SVG files and the heatmap as PNG.
+  const auto figures = dir.path() / "figures";
+  const CliRun run = run_cli(fmt::format(
+      "report {} --gpus 4 --held-out-from 4 --placement recorded={} --placement EPLB={} "
+      "--placement moestat={} --html {} --svg {} --png {}",
+      quoted(dir.path() / "snapshot.json"), quoted(dir.path() / "placement.json"),
+      quoted(dir.path() / "placement_deepseek.pt"), quoted(dir.path() / "placement_moestat.json"),
+      quoted(dir.path() / "r.html"), quoted(figures), quoted(dir.path() / "heatmap.png")));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string page = read_whole_file(dir.path() / "r.html");
+  const auto summary = [](const std::string& html) {
+    return html.substr(html.find("<section id=\"summary\">"),
+                       html.find("</table>") - html.find("<section id=\"summary\">"));
+  };
+  EXPECT_EQ(summary(page), summary(demo_page));
+  for (const char* name :
+       {"heatmap", "gpu-load", "gpu-peak-load", "layer-balancedness", "pass-balancedness"}) {
+    const std::string svg = read_whole_file(figures / (std::string(name) + ".svg"));
+    EXPECT_TRUE(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"")) << name;
+    EXPECT_TRUE(contains(page, svg)) << name << ": the page embeds another drawing";
+  }
+  EXPECT_TRUE(read_whole_file(dir.path() / "heatmap.png").starts_with("\x89PNG\r\n"));
+}
+
+TEST(CliReport, RefusesPlacementNamesThatClash) {
+  ScratchDir dir;
+  ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 2 --out " + quoted(dir.path())).code, 0);
+  const auto placement = dir.path() / "placement.json";
+  const CliRun run =
+      run_cli(fmt::format("report {} --gpus 4 --placement {} --placement {} --html {}",
+                          quoted(dir.path() / "snapshot.json"), quoted(placement),
+                          quoted(placement), quoted(dir.path() / "r.html")));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "two placements are named planned")) << run.err;
+  EXPECT_TRUE(contains(run.err, "--placement")) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html"));
+  const CliRun split = run_cli(fmt::format("report {} --gpus 4 --held-out-from 2 --prometheus",
+                                           quoted(dir.path() / "snapshot.json")));
+  EXPECT_EQ(split.code, 1);
+  EXPECT_TRUE(contains(split.err, "--held-out-from 2")) << split.err;
+}
+
 TEST(CliReport, ErrorsExitOneNamingTheFile) {
   ScratchDir dir;
   ASSERT_EQ(run_cli("demo --preset mixtral-8x7b --passes 2 --out " + quoted(dir.path())).code, 0);
@@ -619,7 +679,7 @@ TEST(CliReport, ErrorsExitOneNamingTheFile) {
   run = run_cli(fmt::format("report {} --placement {} --gpus 2 --prometheus", quoted(snapshot),
                             quoted(other)));
   EXPECT_EQ(run.code, 1);
-  EXPECT_TRUE(contains(run.err, "placement has 1 layers x 8 experts")) << run.err;
+  EXPECT_TRUE(contains(run.err, "placement planned has 1 layers x 8 experts")) << run.err;
   // GPUs that do not divide the experts; nothing is written.
   run = run_cli(
       fmt::format("report {} --gpus 3 --html {}", quoted(snapshot), quoted(dir.path() / "r.html")));
@@ -668,7 +728,8 @@ TEST(CliReport, GpusIsRequiredWhereverGpusAreCounted) {
     SCOPED_TRACE(outputs);
     const CliRun run = run_cli(fmt::format("report {} {}", snapshot, outputs));
     EXPECT_EQ(run.code, 2) << run.out << run.err;
-    EXPECT_TRUE(contains(run.err, "--gpus R is required with --html, --prometheus or --placement"))
+    EXPECT_TRUE(
+        contains(run.err, "--gpus R is required with --html, --svg, --prometheus or --placement"))
         << run.err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "r.html"));

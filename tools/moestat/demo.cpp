@@ -131,6 +131,19 @@ void check_read_back(const Snapshot& written, const Snapshot& read) {
   same("physical_count", written.physical_counts, read.physical_counts);
 }
 
+/// Throws unless the report judges the placements as the demo printed them (identity first,
+/// then recorded, EPLB, moestat): one computation behind both.
+void check_report_figures(const std::vector<report::PlacementBalancedness>& report,
+                          const HeldOutResults& held) {
+  const std::vector<double> printed{held.recorded_balancedness, held.deepseek_balancedness,
+                                    held.moestat_balancedness};
+  for (std::size_t i = 0; i < printed.size(); ++i) {
+    MOESTAT_CHECK(report.at(i + 1).balancedness == printed[i],
+                  "check failed: the report gives {} balancedness {}, the demo printed {}",
+                  report.at(i + 1).name, report.at(i + 1).balancedness, printed[i]);
+  }
+}
+
 std::string size_text(std::size_t bytes) {
   return bytes >= 1 << 20 ? fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20))
                           : fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
@@ -315,24 +328,29 @@ class DemoCommand final : public Command {
     fmt::print("check: snapshot.json and logical_count.pt read back equal\n");
 
     // Planning needs passes to plan on and later passes to judge the plans on.
-    std::optional<Placement> shown = work.placement();
+    report::Options report_options{.num_gpus = topology.ep_size,
+                                   .num_nodes = preset.nodes,
+                                   .placements = {{"recorded", work.placement()}}};
     const bool planned = snapshot.window_size() >= 2;
+    std::optional<HeldOutResults> held;
     if (planned) {
-      const HeldOutResults held = plan_and_evaluate(snapshot, preset, work.placement());
-      io::write_placement(dir / "placement_deepseek.pt", held.deepseek);
-      io::write_placement(dir / "placement_moestat.pt", held.moestat);
-      io::write_placement(dir / "placement_moestat.json", held.moestat);
-      io::write_expert_mask(dir / "gpu_experts_masks.pt", held.layer_balanced_mask);
-      print_held_out(held);
-      shown = held.moestat;
+      held.emplace(plan_and_evaluate(snapshot, preset, work.placement()));
+      io::write_placement(dir / "placement_deepseek.pt", held->deepseek);
+      io::write_placement(dir / "placement_moestat.pt", held->moestat);
+      io::write_placement(dir / "placement_moestat.json", held->moestat);
+      io::write_expert_mask(dir / "gpu_experts_masks.pt", held->layer_balanced_mask);
+      print_held_out(*held);
+      report_options.placements.push_back({"EPLB", held->deepseek});
+      report_options.placements.push_back({"moestat", held->moestat});
+      report_options.held_out_from = held->plan_passes;
     } else {
       fmt::print("plans: skipped (they need at least 2 passes: one to plan on, one to judge)\n");
     }
 
-    // The report of the run: the identity placement against moestat's plan (or, without
-    // one, the placement the run was recorded under).
+    // The report of the run: the recorded placement, EPLB's and moestat's plans on the
+    // held-out passes; its figures are the ones printed above.
     const report::Recording recording = report::load_recording(dir / "snapshot.json");
-    const report::Options report_options{.num_gpus = topology.ep_size, .placement = shown};
+    if (held) check_report_figures(report::balancedness(recording, report_options), *held);
     const std::string html = report::render_html(recording, report_options);
     io::write_file_atomically(dir / "report.html", html);
 
@@ -360,8 +378,8 @@ class DemoCommand final : public Command {
     fmt::print(
         "balancedness on the held-out passes (mean over MoE layers of mean / max GPU "
         "load):\n");
-    line("recorded placement", fmt::format("{:.3f}", held.recorded_balancedness));
-    line("deepseek (EPLB, window sum)", fmt::format("{:.3f}", held.deepseek_balancedness));
+    line("recorded", fmt::format("{:.3f}", held.recorded_balancedness));
+    line("EPLB (DeepSeek, window sum)", fmt::format("{:.3f}", held.deepseek_balancedness));
     line(fmt::format("moestat ({} scenario{})", held.num_scenarios,
                      held.num_scenarios == 1 ? "" : "s"),
          fmt::format("{:.3f}", held.moestat_balancedness));

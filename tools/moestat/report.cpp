@@ -1,12 +1,15 @@
-// `moestat report FILE`: the recording as an HTML page, a heatmap PNG and/or Prometheus text.
+// `moestat report FILE`: the recording as an HTML page, its figures as SVG, the heatmap as
+// PNG and/or Prometheus text.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/files.hpp>
 #include <moestat/report.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "command.hpp"
 #include "output_files.hpp"
@@ -15,41 +18,76 @@
 namespace moestat::cli {
 namespace {
 
+/// The name an unnamed --placement gets (and Prometheus' label for it, as before names).
+constexpr std::string_view kUnnamed = "planned";
+/// Pixels per SVG unit of --png: sharp on a slide or a high-density screen.
+constexpr double kPngScale = 2.0;
+
+/// "NAME=FILE" or "FILE": an existing file is taken whole (a path may hold '=').
+std::pair<std::string, std::string> split_placement_option(const std::string& value) {
+  const std::size_t eq = value.find('=');
+  if (eq == std::string::npos || std::filesystem::exists(value)) {
+    return {std::string(kUnnamed), value};
+  }
+  return {value.substr(0, eq), value.substr(eq + 1)};
+}
+
 class ReportCommand final : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* sub = app.add_subcommand(
         "report",
-        "Draw a recording: an HTML page with a heatmap, per-GPU loads and balancedness, a "
-        "heatmap PNG, or Prometheus metrics");
+        "Draw a recording: an HTML page comparing placements (summary, heatmap, per-GPU loads, "
+        "balancedness), its figures as SVG, the heatmap as PNG, or Prometheus metrics");
     sub->add_option("FILE", path_,
                     "A recording: a moestat snapshot or SGLang logical counts (.json, an SGLang "
                     ".pt dump or .safetensors)")
         ->required();
-    sub->add_option("--placement", placement_path_,
-                    "A placement (physical_to_logical_map [L][P]: .json, .pt or .safetensors) to "
-                    "compare with the identity placement");
+    sub->add_option("--placement", placement_options_,
+                    "NAME=FILE: a placement (physical_to_logical_map [L][P]: .json, .pt or "
+                    ".safetensors) to compare, shown as NAME; repeatable. FILE alone is named "
+                    "'planned'")
+        ->take_all()
+        ->allow_extra_args(false);
     sub->add_option("--gpus", num_gpus_,
-                    "Expert-parallel GPUs; must divide the experts and the placement's slots. "
-                    "Required with --html, --prometheus or --placement")
+                    "Expert-parallel GPUs; must divide the experts and every placement's slots. "
+                    "Required with --html, --svg, --prometheus or --placement")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+    sub->add_option("--nodes", options_.num_nodes,
+                    "Nodes the GPUs are spread over (must divide --gpus): per-GPU charts shade "
+                    "each node, the summary names the busiest")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+        ->capture_default_str();
+    sub->add_option("--held-out-from", held_out_from_,
+                    "First pass the placements were not planned on: they are judged on this "
+                    "pass and later ones, and charts over time mark the split")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
     sub->add_option("--top", options_.top_experts, "Hottest experts listed per layer")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}))
         ->capture_default_str();
     sub->add_option("--html", html_path_, "Write the HTML report here");
-    sub->add_option("--png", png_path_, "Write the layers x experts heatmap here as PNG");
+    sub->add_option("--svg", svg_dir_,
+                    "Write each figure here as NAME.svg (heatmap, gpu-load, gpu-peak-load, "
+                    "layer-balancedness, pass-balancedness); created if missing");
+    sub->add_option("--png", png_path_,
+                    "Write the layers x experts heatmap here as PNG (its SVG, rasterised)");
     sub->add_flag("--prometheus", prometheus_,
                   "Print the metrics in Prometheus text exposition format");
     sub->footer(
-        "At least one of --html, --png and --prometheus. The page is self-contained (inline\n"
-        "SVG, no script, no network). Without --placement it shows the identity placement\n"
-        "(expert e on GPU e / (E / GPUs)) only. --gpus has no default: nothing in a recording\n"
-        "or a placement file says how many GPUs the slots are spread over, and a wrong count\n"
-        "changes every per-GPU figure.\n\n"
+        "At least one of --html, --svg, --png and --prometheus. The page is self-contained\n"
+        "(inline SVG, no script, no network) and starts with what the recording says: which\n"
+        "placement balances best and by how much, the hottest layer and expert, the busiest\n"
+        "GPU and node. The identity placement (expert e on GPU e / (E / GPUs)) is always drawn\n"
+        "as a reference; the best placement's gain is measured against the first --placement\n"
+        "when there are two or more, else against the identity placement. --gpus has no\n"
+        "default: nothing in a recording or a placement file says how many GPUs the slots are\n"
+        "spread over, and a wrong count changes every per-GPU figure.\n\n"
         "Example:\n"
         "  moestat demo --out demo-out\n"
-        "  moestat report demo-out/snapshot.json --placement demo-out/placement.json --gpus 32 \\\n"
-        "      --html demo-out/report.html --png demo-out/heatmap.png\n"
+        "  moestat report demo-out/snapshot.json --gpus 32 --nodes 4 --held-out-from 32 \\\n"
+        "      --placement recorded=demo-out/placement.json \\\n"
+        "      --placement moestat=demo-out/placement_moestat.pt \\\n"
+        "      --html demo-out/report.html --svg demo-out/figures --png demo-out/heatmap.png\n"
         "  moestat report logical_count.pt --gpus 32 --prometheus > metrics.prom");
     return sub;
   }
@@ -66,53 +104,85 @@ class ReportCommand final : public Command {
     const report::Recording recording = report::load_recording(path_);
     // --png alone draws no GPU and needs no count; 1 divides every recording.
     options_.num_gpus = num_gpus_.value_or(1);
-    if (!placement_path_.empty()) {
+    options_.held_out_from = held_out_from_;
+    for (const std::string& value : placement_options_) {
+      auto [name, file] = split_placement_option(value);
       // The reader eval and plan --previous use: every placement format.
-      options_.placement = read_placement_file(placement_path_, recording.num_experts());
+      options_.placements.push_back(
+          {std::move(name), read_placement_file(file, recording.num_experts())});
     }
     try {
       options_.validate(recording);
     } catch (const Error& error) {
-      // The library speaks of GPUs and placements; the user gave them as these options.
-      throw error.with_context(
-          placement_path_.empty()
-              ? fmt::format("--gpus {}", options_.num_gpus)
-              : fmt::format("--gpus {}, --placement {}", options_.num_gpus, placement_path_));
+      // The library speaks of GPUs, nodes, passes and placements; the user gave them as
+      // these options.
+      throw error.with_context(option_context());
     }
     const std::string html = html_path_.empty() ? "" : report::render_html(recording, options_);
-    const std::vector<std::uint8_t> png =
-        png_path_.empty() ? std::vector<std::uint8_t>{} : report::render_heatmap_png(recording);
-    if (!html_path_.empty()) {
-      io::write_file_atomically(html_path_, html);
-      fmt::print(stderr, "wrote {}\n", html_path_);
+    const std::vector<report::Figure> figures = svg_dir_.empty()
+                                                    ? std::vector<report::Figure>{}
+                                                    : report::render_figures(recording, options_);
+    const std::vector<std::uint8_t> png = png_path_.empty()
+                                              ? std::vector<std::uint8_t>{}
+                                              : report::render_heatmap_png(recording, kPngScale);
+    std::optional<OutputDirectory> svg_dir;
+    if (!svg_dir_.empty()) {
+      std::vector<std::string> names;
+      std::vector<std::filesystem::path> svg_paths;
+      for (const report::Figure& figure : figures) {
+        names.push_back(figure.name + ".svg");
+        svg_paths.push_back(std::filesystem::path(svg_dir_) / names.back());
+      }
+      svg_dir.emplace(svg_dir_, names);
+      check_outputs(svg_paths);
+    }
+    if (!html_path_.empty()) write(html_path_, html);
+    for (const report::Figure& figure : figures) {
+      write(svg_dir->path() / (figure.name + ".svg"), figure.svg);
     }
     if (!png_path_.empty()) {
-      io::write_file_atomically(
-          png_path_, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
-      fmt::print(stderr, "wrote {}\n", png_path_);
+      write(png_path_, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
     }
+    if (svg_dir) svg_dir->keep();
     if (prometheus_) fmt::print("{}", report::prometheus_text(recording, options_));
     return kExitOk;
   }
 
  private:
+  static void write(const std::filesystem::path& path, std::string_view bytes) {
+    io::write_file_atomically(path, bytes);
+    fmt::print(stderr, "wrote {}\n", path.string());
+  }
+
   /// What the command line lacks, as a usage error; "" when nothing. --gpus has no default
   /// (report::Options' 8 silently gave 0.605 for the demo's 32 GPUs, whose figure is 0.473),
   /// so every output that counts per GPU needs it.
   std::string missing_options() const {
-    if (html_path_.empty() && png_path_.empty() && !prometheus_) {
-      return "nothing to write: give --html OUT, --png OUT or --prometheus";
+    if (html_path_.empty() && svg_dir_.empty() && png_path_.empty() && !prometheus_) {
+      return "nothing to write: give --html OUT, --svg DIR, --png OUT or --prometheus";
     }
-    if (!num_gpus_ && (!html_path_.empty() || prometheus_ || !placement_path_.empty())) {
-      return "--gpus R is required with --html, --prometheus or --placement (a recording or a "
-             "placement file does not say how many GPUs hold the experts)";
+    if (!num_gpus_ &&
+        (!html_path_.empty() || !svg_dir_.empty() || prometheus_ || !placement_options_.empty())) {
+      return "--gpus R is required with --html, --svg, --prometheus or --placement (a "
+             "recording or a placement file does not say how many GPUs hold the experts)";
     }
     return "";
   }
 
-  std::string path_, placement_path_, html_path_, png_path_;
+  std::string option_context() const {
+    std::string out = fmt::format("--gpus {}", options_.num_gpus);
+    if (options_.num_nodes != 1) out += fmt::format(", --nodes {}", options_.num_nodes);
+    if (held_out_from_) out += fmt::format(", --held-out-from {}", *held_out_from_);
+    for (const std::string& value : placement_options_) {
+      out += fmt::format(", --placement {}", value);
+    }
+    return out;
+  }
+
+  std::string path_, html_path_, svg_dir_, png_path_;
+  std::vector<std::string> placement_options_;
   bool prometheus_ = false;
-  std::optional<std::int64_t> num_gpus_;
+  std::optional<std::int64_t> num_gpus_, held_out_from_;
   report::Options options_;
 };
 
