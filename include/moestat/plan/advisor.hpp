@@ -3,9 +3,11 @@
 // and without replanning (with a bootstrap interval over passes), prices the moves in seconds
 // and answers rebalance now or not, with the plan and the slots that change.
 //
-//   plan::AdvisorOptions options{.seconds_per_balanced_pass = 0.012, .horizon_passes = 2000,
-//                                .move_cost = {.bytes_per_expert = 44e6,
-//                                              .link_bytes_per_second = 50e9}};
+//   plan::AdvisorOptions options;
+//   options.seconds_per_balanced_pass = 0.012;  // MoE time of a perfectly balanced pass
+//   options.horizon_passes = 2000;              // passes until the next decision
+//   options.move_cost = {.bytes_per_expert = 44e6, .link_bytes_per_second = 50e9,
+//                        .seconds_per_expert = 0.0};
 //   plan::RebalanceAdvice advice = plan::advise_rebalance(current, window, config, options);
 //   if (advice.rebalance) apply(advice.placement);  // advice.moves: the slots to refill
 //
