@@ -104,11 +104,13 @@ std::string reason_for(const RebalanceAdvice& advice, const AdvisorOptions& opti
         "keep the placement: no candidate plan moves an expert (served balancedness {:.4f})",
         advice.balancedness_now.value);
   }
+  const double gain = best.gain_seconds.value;
   const std::string plan = fmt::format(
-      "the plan for target {:g} refills {} slots ({:.4g} s of moves) and is expected to save "
-      "{:.4g} s over {} passes (served balancedness {:.4f} -> {:.4f})",
-      best.target_balancedness, best.moved_experts, best.move_seconds, best.gain_seconds.value,
-      options.horizon_passes, advice.balancedness_now.value, best.balancedness_after.value);
+      "the plan for target {:g} refills {} slots ({:.4g} s of moves) and is expected to {} "
+      "{:.4g} s of MoE time over {} passes (served balancedness {:.4f} -> {:.4f})",
+      best.target_balancedness, best.moved_experts, best.move_seconds,
+      gain >= 0.0 ? "save" : "lose", std::abs(gain), options.horizon_passes,
+      advice.balancedness_now.value, best.balancedness_after.value);
   const std::string net = fmt::format("net {:.4g} s ({:g}% interval {:.4g} to {:.4g} s)",
                                       best.net_gain_seconds.value, 100.0 * options.confidence,
                                       best.net_gain_seconds.low, best.net_gain_seconds.high);
@@ -116,8 +118,7 @@ std::string reason_for(const RebalanceAdvice& advice, const AdvisorOptions& opti
   if (best.net_gain_seconds.value > 0.0) {
     return fmt::format("keep the placement: {}, {}, which is not confidently positive", plan, net);
   }
-  return fmt::format("keep the placement: the best candidate, {}, does not pay for its moves: {}",
-                     plan, net);
+  return fmt::format("keep the placement: {}, which does not pay for its moves: {}", plan, net);
 }
 
 }  // namespace
