@@ -110,8 +110,11 @@ TEST(CliAdvise, NamesBadInput) {
   run = run_cli(files.args("--targets 0.9,1.5"));
   EXPECT_EQ(run.code, 1);
   EXPECT_TRUE(contains(run.err, "target balancedness must be in (0, 1], got 1.5")) << run.err;
-  run = run_cli(files.args("--gpus 5"));
-  EXPECT_NE(run.code, 0);
+  run = run_cli(
+      fmt::format("advise --stats {} --placement {} --gpus 5 --pass-seconds 0.01 --horizon 10",
+                  quoted(files.stats), quoted(files.placement)));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "16 replicas do not divide evenly over 5 GPUs")) << run.err;
   run = run_cli(fmt::format("advise --stats {} --placement {} --gpus 4 --horizon 10",
                             quoted(files.stats), quoted(files.placement)));
   EXPECT_EQ(run.code, 2);
