@@ -298,6 +298,11 @@ def hot_expert_mask(loads: Annotated[NDArray, dict(writable=False)], gpu_experts
 def hot_expert_hit_rate(loads: Annotated[NDArray, dict(writable=False)], mask: Annotated[NDArray, dict(writable=False)]) -> float:
     """Share of the assignments served by experts the mask puts on the GPU."""
 
+def advise_rebalance(placement: Placement, counts: Annotated[NDArray, dict(writable=False)], num_gpus: int, *, seconds_per_balanced_pass: float, horizon_passes: int, num_groups: int = 1, num_nodes: int = 1, bytes_per_expert: float = 0.0, link_bytes_per_second: float = 0.0, seconds_per_expert: float = 0.0, targets: Sequence[float] = [0.85, 0.9, 0.95, 1.0], num_bootstrap: int = 1000, confidence: float = 0.9, seed: int = 0, require_confident_gain: bool = False, max_scenarios: int = 4) -> dict:
+    """
+    Whether rebalancing the placement in force pays for the expert weights it moves, from recent counts [passes, layers, experts] (at least 2 passes with load). A pass's MoE time is seconds_per_balanced_pass / served balancedness; a plan's gain is that time saved over horizon_passes, its cost bytes_per_expert x (most slots one GPU refills) / link_bytes_per_second + seconds_per_expert x slots refilled. Candidates: one movement-aware replan per target. Estimates are planned on the older half of the passes and judged on the newer, with a seeded bootstrap interval over passes. Returns a dict: rebalance, reason, balancedness_now {value, low, high}, best, placement (to run), moves [M, 4] int64 (layer, slot, from expert, to expert), candidates (dicts), num_planning_passes, num_evaluation_passes. See docs/placement.md.
+    """
+
 def file_format(path: str | os.PathLike) -> str:
     """'json', 'pt', 'safetensors' or 'trace', from the file's first bytes."""
 

@@ -3,6 +3,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <moestat/error.hpp>
+#include <moestat/plan/advisor.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/hot_experts.hpp>
 #include <moestat/plan/loads.hpp>
@@ -71,6 +72,59 @@ nb::dict report_dict(const plan::BalanceReport& report) {
   result["worst_balancedness"] = report.worst_balancedness;
   result["layer_balancedness"] =
       to_numpy(report.layer_balancedness, {report.layer_balancedness.size()});
+  return result;
+}
+
+/// A recent window [passes, layers, experts] of any non-negative numbers, kept as loads (the
+/// advisor weighs passes by them, whole or not).
+CountWindow window_of(const AnyArray& array) {
+  std::vector<std::int64_t> shape;
+  CountWindow window{.has_window_axis = true};
+  window.fractional_counts = doubles_of(array, "counts", shape);
+  MOESTAT_CHECK(shape.size() == 3, "counts: expected [passes, layers, experts], got {} axes",
+                shape.size());
+  window.window_size = shape[0];
+  window.num_layers = shape[1];
+  window.num_experts = shape[2];
+  return window;
+}
+
+nb::dict estimate_dict(const plan::Estimate& estimate) {
+  nb::dict result;
+  result["value"] = estimate.value;
+  result["low"] = estimate.low;
+  result["high"] = estimate.high;
+  return result;
+}
+
+nb::dict advice_dict(plan::RebalanceAdvice& advice) {
+  nb::list candidates;
+  for (plan::RebalanceCandidate& c : advice.candidates) {
+    nb::dict candidate;
+    candidate["target_balancedness"] = c.target_balancedness;
+    candidate["placement"] = std::move(c.placement);
+    candidate["moved_experts"] = c.moved_experts;
+    candidate["max_moved_per_gpu"] = c.max_moved_per_gpu;
+    candidate["balancedness_after"] = estimate_dict(c.balancedness_after);
+    candidate["gain_seconds"] = estimate_dict(c.gain_seconds);
+    candidate["move_seconds"] = c.move_seconds;
+    candidate["net_gain_seconds"] = estimate_dict(c.net_gain_seconds);
+    candidates.append(candidate);
+  }
+  std::vector<std::int64_t> moves;
+  for (const plan::SlotMove& m : advice.moves)
+    moves.insert(moves.end(), {m.layer, m.slot, m.from, m.to});
+  const std::size_t num_moves = advice.moves.size();
+  nb::dict result;
+  result["rebalance"] = advice.rebalance;
+  result["reason"] = advice.reason;
+  result["balancedness_now"] = estimate_dict(advice.balancedness_now);
+  result["best"] = advice.best;
+  result["placement"] = std::move(advice.placement);
+  result["moves"] = to_numpy(std::move(moves), {num_moves, 4});
+  result["candidates"] = candidates;
+  result["num_planning_passes"] = advice.num_planning_passes;
+  result["num_evaluation_passes"] = advice.num_evaluation_passes;
   return result;
 }
 
@@ -153,6 +207,53 @@ void bind_planning(nb::module_& module) {
         return plan::hot_expert_hit_rate(loads_of(loads, "loads"), on_gpu);
       },
       "loads"_a, "mask"_a, "Share of the assignments served by experts the mask puts on the GPU.");
+  module.def(
+      "advise_rebalance",
+      [](const Placement& current, const AnyArray& counts, std::int64_t num_gpus,
+         double seconds_per_balanced_pass, std::int64_t horizon_passes, std::int64_t num_groups,
+         std::int64_t num_nodes, double bytes_per_expert, double link_bytes_per_second,
+         double seconds_per_expert, std::vector<double> targets, std::int64_t num_bootstrap,
+         double confidence, std::uint64_t seed, bool require_confident_gain,
+         std::int64_t max_scenarios) {
+        const CountWindow window = window_of(counts);
+        const plan::AdvisorOptions options{
+            .seconds_per_balanced_pass = seconds_per_balanced_pass,
+            .horizon_passes = horizon_passes,
+            .move_cost = {.bytes_per_expert = bytes_per_expert,
+                          .link_bytes_per_second = link_bytes_per_second,
+                          .seconds_per_expert = seconds_per_expert},
+            .targets = std::move(targets),
+            .num_bootstrap = num_bootstrap,
+            .confidence = confidence,
+            .seed = seed,
+            .require_confident_gain = require_confident_gain,
+            .max_scenarios = max_scenarios,
+            .planner = {}};
+        plan::RebalanceAdvice advice = [&] {
+          nb::gil_scoped_release unlocked;
+          return plan::advise_rebalance(
+              current, window,
+              config_of(current.num_physical_experts(), num_groups, num_nodes, num_gpus), options);
+        }();
+        return advice_dict(advice);
+      },
+      "placement"_a, "counts"_a, "num_gpus"_a, nb::kw_only(), "seconds_per_balanced_pass"_a,
+      "horizon_passes"_a, "num_groups"_a = 1, "num_nodes"_a = 1, "bytes_per_expert"_a = 0.0,
+      "link_bytes_per_second"_a = 0.0, "seconds_per_expert"_a = 0.0,
+      "targets"_a = plan::AdvisorOptions{}.targets,
+      "num_bootstrap"_a = plan::AdvisorOptions{}.num_bootstrap,
+      "confidence"_a = plan::AdvisorOptions{}.confidence, "seed"_a = 0,
+      "require_confident_gain"_a = false, "max_scenarios"_a = plan::AdvisorOptions{}.max_scenarios,
+      "Whether rebalancing the placement in force pays for the expert weights it moves, from "
+      "recent counts [passes, layers, experts] (at least 2 passes with load). A pass's MoE "
+      "time is seconds_per_balanced_pass / served balancedness; a plan's gain is that time "
+      "saved over horizon_passes, its cost bytes_per_expert x (most slots one GPU refills) / "
+      "link_bytes_per_second + seconds_per_expert x slots refilled. Candidates: one "
+      "movement-aware replan per target. Estimates are planned on the older half of the "
+      "passes and judged on the newer, with a seeded bootstrap interval over passes. Returns "
+      "a dict: rebalance, reason, balancedness_now {value, low, high}, best, placement (to "
+      "run), moves [M, 4] int64 (layer, slot, from expert, to expert), candidates (dicts), "
+      "num_planning_passes, num_evaluation_passes. See docs/placement.md.");
 }
 
 }  // namespace moestat::python

@@ -123,7 +123,7 @@ TEST(Cli, UsageErrorsExitTwo) {
 TEST(Cli, HelpWithUnexpectedWordsIsAUsageError) {
   // Issue 17: these printed the top-level help and exited 0, hiding the mistake.
   for (const auto& [args, word] :
-       {std::pair<std::string, std::string>("advise --help", "advise"),
+       {std::pair<std::string, std::string>("bogus --help", "bogus"),
         std::pair<std::string, std::string>("--bogus --help", "--bogus"),
         std::pair<std::string, std::string>("plan --bogus --help", "--bogus"),
         std::pair<std::string, std::string>("report a.json extra --help", "extra"),
@@ -148,9 +148,9 @@ TEST(Cli, HelpCommandPrintsTheSameHelpAsTheFlag) {
     EXPECT_TRUE(contains(command.out, std::string("Usage: moestat ") + name)) << command.out;
     EXPECT_EQ(command.out, run_cli(std::string(name) + " --help").out);
   }
-  const CliRun unknown = run_cli("help advise");
+  const CliRun unknown = run_cli("help bogus");
   EXPECT_EQ(unknown.code, 2) << unknown.out;
-  EXPECT_TRUE(contains(unknown.err, "no command advise (the commands are demo, inspect,"))
+  EXPECT_TRUE(contains(unknown.err, "no command bogus (the commands are demo, inspect,"))
       << unknown.err;
 }
 

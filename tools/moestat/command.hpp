@@ -42,6 +42,7 @@ std::unique_ptr<Command> make_demo_command();
 std::unique_ptr<Command> make_convert_command();
 std::unique_ptr<Command> make_plan_command();
 std::unique_ptr<Command> make_eval_command();
+std::unique_ptr<Command> make_advise_command();
 std::unique_ptr<Command> make_hot_experts_command();
 std::unique_ptr<Command> make_report_command();
 std::unique_ptr<Command> make_merge_command();

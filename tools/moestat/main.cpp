@@ -38,7 +38,7 @@ void remove_temporaries_on_signals() {
 
 /// The exit code for a parse that ended in `error`, once it is printed. CLI11 answers
 /// --help when every word has been read but before it refuses the words it did not expect:
-/// alone, `moestat advise --help` and `moestat plan --bogus --help` would print a help and
+/// alone, `moestat bogus --help` and `moestat plan --bogus --help` would print a help and
 /// succeed, hiding the mistake. Those words are a usage error, --help or not.
 int exit_after_parse_error(CLI::App& app, const CLI::ParseError& error) {
   const bool asks_for_help = dynamic_cast<const CLI::CallForHelp*>(&error) != nullptr ||
@@ -71,9 +71,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   for (auto make : {moestat::cli::make_demo_command, moestat::cli::make_inspect_command,
                     moestat::cli::make_convert_command, moestat::cli::make_plan_command,
-                    moestat::cli::make_eval_command, moestat::cli::make_hot_experts_command,
-                    moestat::cli::make_report_command, moestat::cli::make_merge_command,
-                    moestat::cli::make_help_command}) {
+                    moestat::cli::make_eval_command, moestat::cli::make_advise_command,
+                    moestat::cli::make_hot_experts_command, moestat::cli::make_report_command,
+                    moestat::cli::make_merge_command, moestat::cli::make_help_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     return moestat::cli::kExitRuntimeError;
   }
   fmt::print(stderr,
-             "moestat: a command is required (demo, inspect, convert, plan, eval, hot-experts, "
-             "report, merge, help)\nRun with --help for more information.\n");
+             "moestat: a command is required (demo, inspect, convert, plan, eval, advise, "
+             "hot-experts, report, merge, help)\nRun with --help for more information.\n");
   return moestat::cli::kExitUsageError;
 }

@@ -1,7 +1,7 @@
-// The files `moestat plan`, `eval`, `hot-experts` and `report` read and write besides counts
-// (which all read through io::read_counts), each kind through one function (the io module's
-// loading by format underneath), so every command that takes a kind of file takes it in
-// every format.
+// The files `moestat plan`, `eval`, `advise`, `hot-experts` and `report` read and write
+// besides counts (which all read through io::read_counts), each kind through one function (the
+// io module's loading by format underneath), so every command that takes a kind of file takes
+// it in every format.
 #pragma once
 
 #include <filesystem>
