@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <memory>
 #include <moestat/error.hpp>
 #include <moestat/plan/replay.hpp>
 
@@ -45,7 +46,8 @@ ServedBalance served_balance_unchecked(const ExpertLoads& pass, const Placement&
 /// One policy's running state.
 struct Lane {
   RebalancePolicy* policy;
-  Placement placement;
+  // Shared: lanes that never moved serve under one placement, scored once per pass.
+  std::shared_ptr<const Placement> placement;
   std::int64_t window_blocks = 0;
   double block_sum = 0.0;             // served balancedness summed over the open block
   std::deque<double> recent_means{};  // block means, newest last, at most window_blocks
@@ -154,12 +156,13 @@ std::vector<PolicyReplay> replay(const TrafficScenario& scenario, const Placemen
                 "positive link bandwidth for its bytes (got {} bytes, {} bytes/s, {} s)",
                 move.bytes_per_expert, move.link_bytes_per_second, move.seconds_per_expert);
 
+  const auto start = std::make_shared<const Placement>(initial);
   std::vector<Lane> lanes;
   std::int64_t ring_blocks = 0;
   for (const auto& policy : policies) {
     MOESTAT_CHECK(policy != nullptr, "a policy is missing");
     check_policy(*policy, block);
-    Lane lane{.policy = policy.get(), .placement = initial};
+    Lane lane{.policy = policy.get(), .placement = start};
     lane.window_blocks = policy->check_every() == 0 ? 0 : policy->window_passes() / block;
     lane.result.policy = policy->name();
     ring_blocks = std::max(ring_blocks, lane.window_blocks);
@@ -173,11 +176,21 @@ std::vector<PolicyReplay> replay(const TrafficScenario& scenario, const Placemen
   std::deque<std::vector<std::int64_t>> ring;  // closed blocks' counts, newest last
   std::vector<std::int64_t> open_block(std::size_t(num_layers * num_experts), 0);
   std::int64_t in_block = 0;
+  // This pass's balance under each distinct placement in force.
+  std::vector<std::pair<const Placement*, ServedBalance>> scored;
+  const auto score = [&](const std::shared_ptr<const Placement>& placement) {
+    for (const auto& [p, b] : scored) {
+      if (p == placement.get()) return b;
+    }
+    scored.emplace_back(placement.get(),
+                        served_balance_unchecked(pass, *placement, config.num_gpus, gpu_load));
+    return scored.back().second;
+  };
   while (sampler.next(pass)) {
     const std::int64_t served = sampler.passes_drawn();
+    scored.clear();
     for (Lane& lane : lanes) {
-      const ServedBalance b =
-          served_balance_unchecked(pass, lane.placement, config.num_gpus, gpu_load);
+      const ServedBalance b = score(lane.placement);
       lane.block_sum += b.balancedness;
       lane.result.mean_balancedness += b.balancedness;
       lane.result.imbalance_seconds += cost.seconds_per_balanced_pass * (1.0 / b.sum_ratio - 1.0);
@@ -214,7 +227,7 @@ std::vector<PolicyReplay> replay(const TrafficScenario& scenario, const Placemen
       for (double m : lane.recent_means) window_b += m;
       window_b /= double(lane.recent_means.size());
       const RebalanceView view{.pass = served,
-                               .placement = lane.placement,
+                               .placement = *lane.placement,
                                .window = window,
                                .block_passes = block,
                                .window_balancedness = window_b,
@@ -224,7 +237,7 @@ std::vector<PolicyReplay> replay(const TrafficScenario& scenario, const Placemen
       MOESTAT_CHECK(next->num_logical_experts() == num_experts,
                     "policy '{}' returned a placement of {} experts, not {}", lane.result.policy,
                     next->num_logical_experts(), num_experts);
-      const Moves moves = moves_between(lane.placement, *next, config);
+      const Moves moves = moves_between(*lane.placement, *next, config);
       if (moves.moved_experts == 0) continue;
       const double seconds = move_seconds(move, moves);
       lane.result.rebalances.push_back({.pass = served,
@@ -233,7 +246,7 @@ std::vector<PolicyReplay> replay(const TrafficScenario& scenario, const Placemen
                                         .seconds = seconds});
       lane.result.moved_experts += moves.moved_experts;
       lane.result.move_seconds += seconds;
-      lane.placement = std::move(*next);
+      lane.placement = std::make_shared<const Placement>(std::move(*next));
     }
   }
 

@@ -5,17 +5,19 @@
 #include <numbers>
 
 namespace moestat::plan {
-namespace {
 
-/// Standard normal by Box-Muller from the generator's uniforms (one of the pair is used, so
-/// the draw sequence depends on nothing but the seed).
-double standard_normal(Rng& rng) {
-  const double u = 1.0 - rng.uniform();  // (0, 1]: log stays finite
-  const double v = rng.uniform();
-  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * std::numbers::pi * v);
+double NormalDraws::next() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  // Box-Muller: two independent normals from two uniforms.
+  const double radius = std::sqrt(-2.0 * std::log(1.0 - rng_.uniform()));  // log of (0, 1]
+  const double angle = 2.0 * std::numbers::pi * rng_.uniform();
+  spare_ = radius * std::sin(angle);
+  has_spare_ = true;
+  return radius * std::cos(angle);
 }
-
-}  // namespace
 
 TrafficPhase make_phase(std::string name, const ExpertLoads& loads, const PassShape& shape) {
   loads.validate();
@@ -49,7 +51,7 @@ void TrafficScenario::validate() const {
 }
 
 TrafficSampler::TrafficSampler(const TrafficScenario& scenario, std::uint64_t seed)
-    : scenario_(scenario), rng_(seed) {
+    : scenario_(scenario), normal_(seed) {
   scenario_.validate();
 }
 
@@ -71,7 +73,7 @@ bool TrafficSampler::next(ExpertLoads& pass) {
     const auto row = shares.row(l);
     double total = 0.0;
     for (std::size_t e = 0; e < row.size(); ++e) {
-      jittered_[e] = row[e] * std::exp(sigma * standard_normal(rng_) - 0.5 * sigma * sigma);
+      jittered_[e] = row[e] * std::exp(sigma * normal_.next() - 0.5 * sigma * sigma);
       total += jittered_[e];
     }
     if (total <= 0.0) continue;  // a dense layer stays empty
@@ -79,7 +81,7 @@ bool TrafficSampler::next(ExpertLoads& pass) {
     for (std::size_t e = 0; e < row.size(); ++e) {
       const double p = jittered_[e] / total;
       const double mean = n * p;
-      const double draw = mean + std::sqrt(mean * (1.0 - p)) * standard_normal(rng_);
+      const double draw = mean + std::sqrt(mean * (1.0 - p)) * normal_.next();
       out[e] = std::round(std::max(0.0, draw));
     }
   }

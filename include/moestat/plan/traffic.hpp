@@ -51,6 +51,19 @@ struct TrafficScenario {
   void validate() const;
 };
 
+/// Standard normal draws from a seeded Rng (Box-Muller, both of each pair used), the same
+/// sequence for a seed with any standard library.
+class NormalDraws {
+ public:
+  explicit NormalDraws(std::uint64_t seed) noexcept : rng_(seed) {}
+  double next();
+
+ private:
+  Rng rng_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
 /// Draws a scenario's passes in order, deterministically for a seed. A pass's counts of a
 /// layer with `n = tokens_per_pass * top_k` assignments: with p the jittered share, each
 /// expert gets round(max(0, n p + sqrt(n p (1 - p)) z)), the normal approximation of a
@@ -69,7 +82,7 @@ class TrafficSampler {
 
  private:
   const TrafficScenario& scenario_;
-  Rng rng_;
+  NormalDraws normal_;
   std::int64_t drawn_ = 0, phase_ = 0, drawn_in_phase_ = 0;
   std::vector<double> jittered_;
 };

@@ -24,10 +24,10 @@ struct NamedLoads {
 struct ScenarioOptions {
   /// Passes of the steady and shift scenarios; the others last as long (their phases
   /// divide it).
-  std::int64_t num_passes = 12000;
+  std::int64_t num_passes = 4000;
   PassShape shape{};  ///< Tokens, top-k and jitter of every phase but the noisy ones.
   PassShape noisy_shape{.tokens_per_pass = 1024, .jitter = 0.2};
-  std::int64_t alternate_every = 1000;  ///< Passes per phase of the alternating scenario.
+  std::int64_t alternate_every = 500;  ///< Passes per phase of the alternating scenario.
 };
 
 /// Where a scenario's deployment starts.
