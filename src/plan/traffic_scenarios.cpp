@@ -49,12 +49,16 @@ std::vector<WorkloadScenario> workload_scenarios(std::span<const NamedLoads> wor
   }
   scenarios.push_back({std::move(alternate)});
 
-  TrafficScenario tour{.name = "tour",
-                       .description = fmt::format("every workload in turn, {} passes each",
-                                                  n / std::int64_t(workloads.size()))};
+  const std::int64_t share = n / std::int64_t(workloads.size());
+  TrafficScenario tour{
+      .name = "tour",
+      .description = fmt::format("every workload in turn, {} passes each (the last {})", share,
+                                 n - share * std::int64_t(workloads.size() - 1))};
   for (const NamedLoads& w : workloads) {
+    const bool last = &w == &workloads.back();
     tour.phases.push_back(
-        make_phase(w.name, w.loads, lasting(base, n / std::int64_t(workloads.size()))));
+        make_phase(w.name, w.loads,
+                   lasting(base, last ? n - share * std::int64_t(workloads.size() - 1) : share)));
   }
   scenarios.push_back({std::move(tour)});
 

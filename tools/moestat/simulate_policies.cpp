@@ -44,6 +44,7 @@ PolicyRoster simulation_policies(std::uint64_t seed, const plan::ReplayCost& cos
   advisor.move_cost = cost.move_cost;
   advisor.num_bootstrap = 200;
   advisor.seed = seed;
+  advisor.require_confident_gain = true;  // blocks of passes are few: act on the interval
   add("advisor", plan::advisor_policy({.every = 250, .window = 500}, advisor));
   return roster;
 }
