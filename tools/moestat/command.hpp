@@ -46,6 +46,7 @@ std::unique_ptr<Command> make_advise_command();
 std::unique_ptr<Command> make_hot_experts_command();
 std::unique_ptr<Command> make_report_command();
 std::unique_ptr<Command> make_merge_command();
+std::unique_ptr<Command> make_simulate_command();
 /// `moestat help [COMMAND]`; register it last, after the commands it describes.
 std::unique_ptr<Command> make_help_command();
 

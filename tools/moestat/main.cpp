@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
                     moestat::cli::make_convert_command, moestat::cli::make_plan_command,
                     moestat::cli::make_eval_command, moestat::cli::make_advise_command,
                     moestat::cli::make_hot_experts_command, moestat::cli::make_report_command,
-                    moestat::cli::make_merge_command, moestat::cli::make_help_command}) {
+                    moestat::cli::make_merge_command, moestat::cli::make_simulate_command,
+                    moestat::cli::make_help_command}) {
     std::unique_ptr<Command> command = make();
     CLI::App* subcommand = command->add_to(app);
     commands.emplace_back(subcommand, std::move(command));
@@ -117,8 +118,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "moestat: error: {}\n", error.what());
     return moestat::cli::kExitRuntimeError;
   }
-  fmt::print(stderr,
-             "moestat: a command is required (demo, inspect, convert, plan, eval, advise, "
-             "hot-experts, report, merge, help)\nRun with --help for more information.\n");
+  fmt::print(
+      stderr,
+      "moestat: a command is required (demo, inspect, convert, plan, eval, advise, "
+      "hot-experts, report, merge, simulate, help)\nRun with --help for more information.\n");
   return moestat::cli::kExitUsageError;
 }

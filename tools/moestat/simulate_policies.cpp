@@ -1,0 +1,78 @@
+// The policies `moestat simulate` compares.
+#include "simulate_policies.hpp"
+
+#include <algorithm>
+
+namespace moestat::cli {
+
+PolicyRoster simulation_policies(std::uint64_t seed, const plan::ReplayCost& cost) {
+  using plan::Replanner;
+  PolicyRoster roster;
+  auto add = [&](std::string role, std::unique_ptr<plan::RebalancePolicy> policy) {
+    roster.roles.push_back(std::move(role));
+    roster.policies.push_back(std::move(policy));
+  };
+  add("never", plan::never_policy());
+  // SGLang: eplb_rebalance_num_iterations = 1000, its recorder's buffer (the window) the same,
+  // eplb_min_rebalancing_utilization_threshold = 1.0. vLLM: step_interval = 3000,
+  // window_size = 1000.
+  add("sglang-default", plan::threshold_policy({.every = 1000, .window = 1000}, 1.0));
+  add("vllm-default", plan::interval_policy({.every = 3000, .window = 1000}));
+  // The grids. Few-copies replanning costs far more time per plan than DeepSeek's EPLB, so
+  // its grid is the part of DeepSeek's that can win: frequent checks.
+  for (const std::int64_t every : {250, 500, 1000, 2000, 4000}) {
+    add("interval",
+        plan::interval_policy({.every = every, .window = std::min<std::int64_t>(every, 1000)}));
+  }
+  for (const std::int64_t every : {250, 1000}) {
+    for (const double threshold : {0.7, 0.8, 0.9}) {
+      add("threshold", plan::threshold_policy({.every = every, .window = every}, threshold));
+    }
+  }
+  add("interval",
+      plan::interval_policy({.every = 1000, .window = 1000, .replanner = Replanner::kFewCopies}));
+  for (const double threshold : {0.7, 0.8}) {
+    add("threshold",
+        plan::threshold_policy({.every = 250, .window = 250, .replanner = Replanner::kFewCopies},
+                               threshold));
+  }
+  // The advisor prices time and moves as the replay does; it expects a plan to serve about
+  // a phase (its horizon), and asks often, since it moves only when that pays.
+  plan::AdvisorOptions advisor;
+  advisor.seconds_per_balanced_pass = cost.seconds_per_balanced_pass;
+  advisor.horizon_passes = 2000;
+  advisor.move_cost = cost.move_cost;
+  advisor.num_bootstrap = 200;
+  advisor.seed = seed;
+  advisor.require_confident_gain = true;  // blocks of passes are few: act on the interval
+  add("advisor", plan::advisor_policy({.every = 250, .window = 500}, advisor));
+  return roster;
+}
+
+std::vector<std::pair<std::size_t, std::string>> PolicyRoster::shown(
+    const std::vector<plan::PolicyReplay>& results) const {
+  std::vector<std::pair<std::size_t, std::string>> rows;
+  auto best_of = [&](const std::string& role) {
+    std::size_t best = results.size();
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (roles[i] != role) continue;
+      if (best == results.size() || results[i].lost_seconds() < results[best].lost_seconds()) {
+        best = i;
+      }
+    }
+    return best;
+  };
+  const std::pair<const char*, const char*> table[] = {{"never", "never"},
+                                                       {"sglang-default", "SGLang default"},
+                                                       {"vllm-default", "vLLM default"},
+                                                       {"interval", "best interval"},
+                                                       {"threshold", "best threshold"},
+                                                       {"advisor", "advisor"}};
+  for (const auto& [role, label] : table) {
+    const std::size_t i = best_of(role);
+    if (i < results.size()) rows.emplace_back(i, label);
+  }
+  return rows;
+}
+
+}  // namespace moestat::cli
