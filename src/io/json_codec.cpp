@@ -112,7 +112,7 @@ HostTensor tensor_of(const Json& value, const TensorForm& form, bool several_sha
     std::vector<std::string_view> singular;
     for (const Level& level : levels) singular.push_back(level.singular);
     MOESTAT_FAIL("{} has an empty row: expected at least one {}", name,
-                 fmt::join(singular, " and one "));
+                 fmt::join(singular, " and at least one "));
   }
   return out;
 }
@@ -144,9 +144,12 @@ OrderedJson nested_of(const HostTensor& tensor) {
       std::copy(flags.begin(), flags.end(), bools.get());
       return to_nested<bool>(std::span<const bool>(bools.get(), flags.size()), tensor.shape);
     }
-    case DType::kFloat32:
+    case DType::kFloat32: {
+      const std::vector<float> narrow = tensor.values<float>();
+      return to_nested<double>(std::vector<double>(narrow.begin(), narrow.end()), tensor.shape);
+    }
     case DType::kFloat64:
-      MOESTAT_FAIL("internal: moestat writes no floating-point tensor in JSON");
+      return to_nested<double>(tensor.values<double>(), tensor.shape);
     default:
       return to_nested<std::int64_t>(tensor.to_int64(), tensor.shape);
   }
