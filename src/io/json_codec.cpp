@@ -126,9 +126,17 @@ NamedTensors tensors_of_document(const Json& document, const PayloadMapping& wan
   if (document.contains("format")) {
     return window_tensors(count_window_of(snapshot_from_document(document)));
   }
-  const TensorForm* form =
-      form_held(wanted, [&](std::string_view name) { return document.contains(name); });
-  if (form == nullptr) require_key(document, wanted.forms.front().name);  // says it is missing
+  const auto has = [&](std::string_view name) { return document.contains(name); };
+  const TensorForm* form = form_held(wanted, has);
+  if (form == nullptr) {
+    for (const PayloadMapping* other : payload_mappings()) {
+      if (const TensorForm* held = form_held(*other, has)) {
+        MOESTAT_FAIL("missing key \"{}\": the document holds \"{}\", a {}",
+                     wanted.forms.front().name, held->name, statistics_kind_name(other->kind));
+      }
+    }
+    require_key(document, wanted.forms.front().name);  // says it is missing
+  }
   const bool several_shapes = wanted.forms.size() > 1 || form->optional_levels > 0;
   NamedTensors out;
   out.tensors.emplace_back(form->name,
