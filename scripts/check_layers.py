@@ -44,6 +44,8 @@ SHARED_PRIVATE = {
 WHITE_BOX = {
     "src/record/cpu/topk_histogram.hpp": "unit and property tests of the CPU counting loop",
     "src/io/zip_archive.hpp": "tests that build damaged .pt archives",
+    "src/io/codec.hpp": "the codec test drives every payload through every registered codec",
+    "src/io/payload_mappings.hpp": "the codec test maps a payload no codec knows",
     "src/io/pickle.hpp": "the .pt fuzzer and its seeds drive the unpickler",
     "src/io/read_budget.hpp": "the .pt fuzzer drives the unpickler",
     "src/record/cuda/record_kernels.cuh": "the GPU benchmarks time the launchers",

@@ -1,6 +1,5 @@
 // Detecting which moestat document a JSON file holds, and reading it with the path in errors.
 #include <moestat/error.hpp>
-#include <moestat/io/counts_json.hpp>
 #include <moestat/io/document.hpp>
 #include <moestat/io/files.hpp>
 #include <moestat/io/snapshot_json.hpp>
@@ -33,9 +32,12 @@ Document document_from_json(std::string_view text) {
                 "physical_to_logical_map), got {}",
                 detail::describe(doc));
   if (doc.contains("format")) return detail::snapshot_from_document(doc);
-  if (doc.contains("physical_to_logical_map")) return detail::placement_from_document(doc, 0, 0);
-  if (detail::holds_counts(doc)) {
-    return detail::logical_counts_from_document(doc, Fractions::kRefuse);
+  // A placement first, as SGLang's --init-expert-location takes such a file.
+  if (detail::holds_payload(doc, detail::kPlacementMapping)) {
+    return std::get<Placement>(detail::payload_from_document(doc, detail::kPlacementMapping, {}));
+  }
+  if (detail::holds_payload(doc, detail::kCountsMapping)) {
+    return std::get<CountWindow>(detail::payload_from_document(doc, detail::kCountsMapping, {}));
   }
   std::string keys;
   for (const auto& item : doc.items()) {

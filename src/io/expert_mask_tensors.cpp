@@ -1,5 +1,6 @@
 // Expert masks as named tensors: {"gpu_experts_masks": bool [L, E]}.
 #include <algorithm>
+#include <array>
 #include <moestat/error.hpp>
 #include <moestat/io/sglang.hpp>
 
@@ -10,6 +11,8 @@ namespace detail {
 namespace {
 
 constexpr std::string_view kTensorName = "gpu_experts_masks";
+constexpr std::array<Level, 2> kLevels{{{"layers", "layer"}, {"experts", "expert"}}};
+constexpr std::array<TensorForm, 1> kForms{{{kTensorName, kLevels, 0, Element::kFlag}}};
 
 NamedTensors mask_to_tensors(const StatisticsFile& file) {
   NamedTensors out;
@@ -23,7 +26,8 @@ StatisticsFile mask_from_tensors(const NamedTensors& tensors, const ReadOptions&
 
 }  // namespace
 
-const PayloadMapping kExpertMaskMapping{kTensorName, mask_to_tensors, mask_from_tensors};
+const PayloadMapping kExpertMaskMapping{StatisticsKind::kExpertMask, kForms, mask_to_tensors,
+                                        mask_from_tensors};
 
 }  // namespace detail
 

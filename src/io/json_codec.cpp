@@ -1,94 +1,182 @@
-// Statistics in JSON: moestat's snapshot and SGLang's logical_count documents for counts,
-// {"physical_to_logical_map"} for placements, {"gpu_experts_masks": [[bool]]} for masks.
+// Statistics in JSON: the one place that lays named tensors out as moestat's JSON
+// documents. A document is an object whose keys are the tensors' names and whose values
+// are nested arrays ({"logical_count": [[...]]}, {"physical_to_logical_map": [[...]]},
+// {"gpu_experts_masks": [[true, ...]]}); metadata is not written, since SGLang passes the
+// keys of a placement file to its engine as arguments. A moestat snapshot document holds
+// counts: its window, with what it says of each pass.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <memory>
 #include <moestat/error.hpp>
 #include <moestat/io/counts_json.hpp>
-#include <moestat/io/document.hpp>
 #include <moestat/io/placement_json.hpp>
-#include <moestat/io/sglang.hpp>
 
 #include "codec.hpp"
 #include "json_support.hpp"
 #include "readers.hpp"
 
-namespace moestat::io::detail {
+namespace moestat::io {
+namespace detail {
 namespace {
 
-constexpr std::string_view kMaskKey = "gpu_experts_masks";
-
-CountWindow read_counts(std::string_view bytes, Fractions fractions) {
-  // Detected as document_from_json detects documents, the counts read with `fractions`.
-  const Json document = parse_json(bytes);
-  const bool object = document.is_object();
-  if (object && document.contains("format")) {
-    return count_window_of(snapshot_from_document(document));
-  }
-  if (object && !document.contains("physical_to_logical_map") && holds_counts(document)) {
-    return logical_counts_from_document(document, fractions);
-  }
-  // Not counts: document_from_json says what it is instead, or why it is nothing.
-  const Document other = document_from_json(bytes);
-  MOESTAT_FAIL("holds a {}, not logical counts", document_kind_name(document_kind(other)));
+/// "[layers][experts]".
+std::string shape_text(std::span<const Level> levels) {
+  std::string out;
+  for (const Level& level : levels) out += fmt::format("[{}]", level.plural);
+  return out;
 }
 
-ExpertMask read_expert_mask(std::string_view bytes) {
-  const Json document = parse_json(bytes);
-  require_object(document, "an expert mask");
-  std::vector<std::int64_t> shape{kAnySize, kAnySize};
-  constexpr std::string_view kDims[] = {"layers", "experts"};
-  const std::vector<std::uint8_t> flags = read_nested<std::uint8_t>(
-      require_key(document, kMaskKey), kMaskKey, shape, kDims,
-      [](const Json& value, const std::string& where) {
-        MOESTAT_CHECK(value.is_boolean(), "{} is {}, expected true or false", where,
-                      describe(value));
-        return std::uint8_t(value.get<bool>() ? 1 : 0);
-      });
-  MOESTAT_CHECK(shape[0] > 0 && shape[1] > 0, "{} is empty", kMaskKey);
-  return {shape[0], shape[1], flags};
+/// The shapes `form` may take, shallowest first: "[layers][experts] or [passes][layers]...".
+/// With `depths`, each followed by its depth: "[layers][experts] (2) or ...".
+std::string shapes_text(const TensorForm& form, bool depths) {
+  std::vector<std::string> shapes;
+  for (std::size_t dims = form.levels.size() - form.optional_levels; dims <= form.levels.size();
+       ++dims) {
+    const std::string shape = shape_text(form.levels.subspan(form.levels.size() - dims));
+    shapes.push_back(depths ? fmt::format("{} ({})", shape, dims) : shape);
+  }
+  return fmt::format("{}", fmt::join(shapes, " or "));
 }
 
-std::string expert_mask_to_json(const ExpertMask& mask) {
-  // The tensor form checks the mask's sizes and makes every flag 0 or 1.
-  const std::vector<std::uint8_t> on_gpu = expert_mask_tensor(mask).values<std::uint8_t>();
-  const std::vector<bool> flags(on_gpu.begin(), on_gpu.end());
-  OrderedJson rows = OrderedJson::array();
-  for (std::int64_t l = 0; l < mask.num_layers; ++l) {
-    rows.push_back(std::vector<bool>(flags.begin() + l * mask.num_experts,
-                                     flags.begin() + (l + 1) * mask.num_experts));
+/// A count element: whole numbers as int64 (SGLang's published statistics write "12.0");
+/// a non-whole one sets `fractional`, and the caller reads the array again as doubles.
+std::int64_t count_element(const Json& element, const std::string& where, bool& fractional) {
+  if (element.is_number_float()) {
+    const double number = element.get<double>();
+    constexpr double kLimit = 9223372036854775808.0;  // 2^63
+    if (std::trunc(number) == number && number >= -kLimit && number < kLimit) {
+      return std::int64_t(number);
+    }
+    fractional = true;  // the payload's mapping says whether it takes fractions
+    return 0;
   }
+  return read_int(element, where, std::numeric_limits<std::int64_t>::min(),
+                  std::numeric_limits<std::int64_t>::max());
+}
+
+/// The tensor `value` spells out as `form` (named `name`), each element checked as the
+/// form's kind of element, so messages name the element ("logical_count[0][1] is \"x\"").
+HostTensor tensor_of(const Json& value, const TensorForm& form, bool several_shapes) {
+  const std::string_view name = form.name;
+  MOESTAT_CHECK(!(value.is_array() && value.empty()), "{} is empty: expected {}", name,
+                shapes_text(form, false));
+  std::size_t dims = form.levels.size();
+  if (several_shapes) {
+    // The depth picks the shape, so it is checked first and named with the shapes allowed;
+    // a payload of one shape is read at that depth, naming the element that breaks it.
+    const auto depth = std::size_t(nesting_depth(value));
+    MOESTAT_CHECK(depth >= dims - form.optional_levels && depth <= dims,
+                  "{} has {} levels of nesting, expected {}", name, depth, shapes_text(form, true));
+    dims = depth;
+  }
+  const std::span<const Level> levels = form.levels.subspan(form.levels.size() - dims);
+  std::vector<std::string_view> level_names;
+  for (const Level& level : levels) level_names.push_back(level.plural);
+  std::vector<std::int64_t> shape(dims, kAnySize);
+  HostTensor out;
+  switch (form.element) {
+    case Element::kFlag: {
+      const auto flags = read_nested<std::uint8_t>(
+          value, name, shape, level_names, [](const Json& element, const std::string& where) {
+            MOESTAT_CHECK(element.is_boolean(), "{} is {}, expected true or false", where,
+                          describe(element));
+            return std::uint8_t(element.get<bool>() ? 1 : 0);
+          });
+      out = HostTensor::of<std::uint8_t>(shape, flags);
+      break;
+    }
+    case Element::kId:
+      out = HostTensor::of<std::int64_t>(
+          shape, read_nested_ints(value, name, shape, level_names, 0,
+                                  std::numeric_limits<std::int32_t>::max() - 1));
+      break;
+    case Element::kCount: {
+      bool fractional = false;
+      const auto counts = read_nested<std::int64_t>(
+          value, name, shape, level_names, [&](const Json& element, const std::string& where) {
+            return count_element(element, where, fractional);
+          });
+      if (!fractional) {
+        out = HostTensor::of<std::int64_t>(shape, counts);
+        break;
+      }
+      shape.assign(dims, kAnySize);
+      out = HostTensor::of<double>(shape, read_nested_doubles(value, name, shape, level_names));
+      break;
+    }
+  }
+  // An empty inner level leaves a size unknown (kAnySize) or zero; both are errors.
+  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t size) { return size <= 0; })) {
+    std::vector<std::string_view> singular;
+    for (const Level& level : levels) singular.push_back(level.singular);
+    MOESTAT_FAIL("{} has an empty row: expected at least one {}", name,
+                 fmt::join(singular, " and at least one "));
+  }
+  return out;
+}
+
+/// The named tensors of a document: those of `wanted`'s forms (the first it holds; other
+/// keys are left unread), or a snapshot's window.
+NamedTensors tensors_of_document(const Json& document, const PayloadMapping& wanted) {
+  std::vector<std::string> names;
+  for (const TensorForm& form : wanted.forms) names.push_back(fmt::format("\"{}\"", form.name));
+  require_object(document, fmt::format("a document with {}", fmt::join(names, " or ")));
+  if (document.contains("format")) {
+    return window_tensors(count_window_of(snapshot_from_document(document)));
+  }
+  const auto has = [&](std::string_view name) { return document.contains(name); };
+  const TensorForm* form = form_held(wanted, has);
+  if (form == nullptr) {
+    for (const PayloadMapping* other : payload_mappings()) {
+      if (const TensorForm* held = form_held(*other, has)) {
+        MOESTAT_FAIL("missing key \"{}\": the document holds \"{}\", a {}",
+                     wanted.forms.front().name, held->name, statistics_kind_name(other->kind));
+      }
+    }
+    require_key(document, wanted.forms.front().name);  // says it is missing
+  }
+  const bool several_shapes = wanted.forms.size() > 1 || form->optional_levels > 0;
+  NamedTensors out;
+  out.tensors.emplace_back(form->name,
+                           tensor_of(document.at(std::string(form->name)), *form, several_shapes));
+  return out;
+}
+
+OrderedJson nested_of(const HostTensor& tensor) {
+  switch (tensor.dtype) {
+    case DType::kBool: {
+      const std::vector<std::uint8_t> flags = tensor.values<std::uint8_t>();
+      const auto bools = std::make_unique<bool[]>(flags.size());
+      std::copy(flags.begin(), flags.end(), bools.get());
+      return to_nested<bool>(std::span<const bool>(bools.get(), flags.size()), tensor.shape);
+    }
+    case DType::kFloat32: {
+      const std::vector<float> narrow = tensor.values<float>();
+      return to_nested<double>(std::vector<double>(narrow.begin(), narrow.end()), tensor.shape);
+    }
+    case DType::kFloat64:
+      return to_nested<double>(tensor.values<double>(), tensor.shape);
+    default:
+      return to_nested<std::int64_t>(tensor.to_int64(), tensor.shape);
+  }
+}
+
+/// The document of named tensors: one key per tensor, in their order.
+std::string document_of(const NamedTensors& tensors) {
   OrderedJson document = OrderedJson::object();
-  document[std::string(kMaskKey)] = std::move(rows);
+  for (const auto& [name, tensor] : tensors.tensors) document[name] = nested_of(tensor);
   return dump_document(document);
 }
 
-class JsonCodec final : public Codec {
- public:
-  StatisticsFile read(std::string_view bytes, std::string_view, StatisticsKind kind,
-                      const ReadOptions& options) const override {
-    switch (kind) {
-      case StatisticsKind::kLogicalCounts:
-        return read_counts(bytes, options.fractions);
-      case StatisticsKind::kPlacement:
-        return placement_from_json(bytes, options.num_logical_experts, options.version);
-      case StatisticsKind::kExpertMask:
-        return read_expert_mask(bytes);
-    }
-    MOESTAT_FAIL("internal: no JSON form of {}", statistics_kind_name(kind));
+class JsonCodec final : public TensorContainerCodec {
+  std::string_view container_name() const noexcept override { return "JSON"; }
+  NamedTensors decode(std::string_view bytes, std::string_view,
+                      const PayloadMapping& wanted) const override {
+    return tensors_of_document(parse_json(bytes), wanted);
   }
-
-  std::string write(const StatisticsFile& file) const override {
-    return std::visit(
-        [](const auto& value) -> std::string {
-          using T = std::decay_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, CountWindow>) {
-            return logical_counts_to_json(value);
-          } else if constexpr (std::is_same_v<T, Placement>) {
-            return placement_to_json(value);
-          } else {
-            return expert_mask_to_json(value);
-          }
-        },
-        file);
-  }
+  std::string encode(const NamedTensors& tensors) const override { return document_of(tensors); }
 };
 
 }  // namespace
@@ -98,4 +186,36 @@ const Codec& json_codec() {
   return codec;
 }
 
-}  // namespace moestat::io::detail
+bool holds_payload(const Json& document, const PayloadMapping& mapping) {
+  return form_held(mapping, [&](std::string_view name) { return document.contains(name); }) !=
+         nullptr;
+}
+
+StatisticsFile payload_from_document(const Json& document, const PayloadMapping& mapping,
+                                     const ReadOptions& options) {
+  return payload_from_tensors(mapping, tensors_of_document(document, mapping), options, "JSON");
+}
+
+}  // namespace detail
+
+std::string logical_counts_to_json(const CountWindow& counts) {
+  return detail::json_codec().write(counts);
+}
+
+CountWindow logical_counts_from_json(std::string_view text, Fractions fractions) {
+  return std::get<CountWindow>(detail::payload_from_document(
+      detail::parse_json(text), detail::kCountsMapping, {.fractions = fractions}));
+}
+
+std::string placement_to_json(const Placement& placement) {
+  return detail::json_codec().write(placement);
+}
+
+Placement placement_from_json(std::string_view text, std::int64_t num_logical_experts,
+                              std::uint64_t version) {
+  return std::get<Placement>(detail::payload_from_document(
+      detail::parse_json(text), detail::kPlacementMapping,
+      {.num_logical_experts = num_logical_experts, .version = version}));
+}
+
+}  // namespace moestat::io

@@ -1,60 +1,40 @@
-// Statistics in torch .pt files, as SGLang's torch.save writes them: a stat, per-pass or
-// per-token dump for counts, {"physical_to_logical_map"} for placements, a bool tensor
-// (bare, or under "gpu_experts_masks" on reading) for masks.
+// Statistics in torch .pt files, as SGLang's torch.save writes them and torch.load reads
+// them. The one place that lays named tensors out in SGLang's dicts: counts as a stat dump,
+// read also from per-pass and per-token dumps; a mask as a bare bool tensor (read also
+// under "gpu_experts_masks"); anything else, a placement among them, as a dict of tensors.
 #include <moestat/error.hpp>
 #include <moestat/io/pt.hpp>
-#include <moestat/io/sglang.hpp>
 
 #include "codec.hpp"
 
 namespace moestat::io::detail {
 namespace {
 
+const std::string_view kCountsName = kCountsMapping.forms.front().name;
+const std::string_view kMaskName = kExpertMaskMapping.forms.front().name;
+
 PtValue parse(std::string_view bytes, std::string_view name) {
   return read_pt(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), name);
 }
 
-class PtCodec final : public Codec {
+class PtCodec final : public TensorContainerCodec {
  public:
   StatisticsKind kind_of(std::string_view bytes, std::string_view name) const override {
-    const PtValue value = parse(bytes, name);
-    if (value.find(kPlacementMapping.tensor_name) != nullptr) return StatisticsKind::kPlacement;
-    if (value.find(kExpertMaskMapping.tensor_name) != nullptr ||
-        value.kind() == PtValue::Kind::kTensor) {
-      return StatisticsKind::kExpertMask;
+    const NamedTensors tensors = tensors_of_pt(parse(bytes, name));
+    for (const PayloadMapping* mapping : payload_mappings()) {
+      if (payload_tensor(*mapping, tensors).second != nullptr) return mapping->kind;
     }
     return StatisticsKind::kLogicalCounts;
   }
 
-  StatisticsFile read(std::string_view bytes, std::string_view name, StatisticsKind kind,
-                      const ReadOptions& options) const override {
-    const PtValue value = parse(bytes, name);
-    switch (kind) {
-      case StatisticsKind::kLogicalCounts:
-        return logical_counts_from_pt(value);
-      case StatisticsKind::kPlacement:
-        return placement_from_pt(value, options.num_logical_experts, options.version);
-      case StatisticsKind::kExpertMask: {
-        const PtValue* keyed = value.find(kExpertMaskMapping.tensor_name);
-        return expert_mask_from_tensor(keyed != nullptr ? keyed->tensor() : value.tensor());
-      }
-    }
-    MOESTAT_FAIL("internal: no .pt form of {}", statistics_kind_name(kind));
+ private:
+  std::string_view container_name() const noexcept override { return ".pt"; }
+  NamedTensors decode(std::string_view bytes, std::string_view name,
+                      const PayloadMapping&) const override {
+    return tensors_of_pt(parse(bytes, name));
   }
-
-  std::string write(const StatisticsFile& file) const override {
-    return pt_to_bytes(std::visit(
-        [](const auto& value) -> PtValue {
-          using T = std::decay_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, CountWindow>) {
-            return sglang_stat_dump(value);
-          } else if constexpr (std::is_same_v<T, Placement>) {
-            return placement_to_pt(value);
-          } else {
-            return PtValue(expert_mask_tensor(value));
-          }
-        },
-        file));
+  std::string encode(const NamedTensors& tensors) const override {
+    return pt_to_bytes(pt_of_tensors(tensors));
   }
 };
 
@@ -63,6 +43,33 @@ class PtCodec final : public Codec {
 const Codec& pt_codec() {
   static const PtCodec codec;
   return codec;
+}
+
+NamedTensors tensors_of_pt(const PtValue& value) {
+  if (value.kind() == PtValue::Kind::kTensor)
+    return {{}, {{std::string(kMaskName), value.tensor()}}};
+  if (value.find(kCountsName) == nullptr && value.find("records") != nullptr) {
+    return window_tensors(counts_of_records(value));
+  }
+  NamedTensors out;
+  if (value.kind() != PtValue::Kind::kDict) return out;
+  for (const auto& [key, item] : value.dict()) {
+    if (key.kind() == PtValue::Kind::kStr && item.kind() == PtValue::Kind::kTensor) {
+      out.tensors.emplace_back(key.as_str(), item.tensor());
+    }
+  }
+  return out;
+}
+
+PtValue pt_of_tensors(const NamedTensors& tensors) {
+  if (const HostTensor* counts = tensors.find(kCountsName)) return stat_dump(*counts, 0, {});
+  if (tensors.tensors.size() == 1 && tensors.tensors.front().first == kMaskName) {
+    return PtValue(tensors.tensors.front().second);
+  }
+  PtDict dict;
+  for (const auto& [name, tensor] : tensors.tensors)
+    dict.emplace_back(PtValue(name), PtValue(tensor));
+  return PtValue(std::move(dict));
 }
 
 }  // namespace moestat::io::detail

@@ -2,18 +2,18 @@
 // caller that inspects the keys first (document_from_json) parses the text only once.
 #pragma once
 
-#include <moestat/io/counts_json.hpp>
 #include <moestat/io/document.hpp>
 
 #include "json_support.hpp"
+#include "payload_mappings.hpp"
 
 namespace moestat::io::detail {
 
 Snapshot snapshot_from_document(const Json& document);
-Placement placement_from_document(const Json& document, std::int64_t num_logical_experts,
-                                  std::uint64_t version);
-/// Whether the document has a counts key ("logical_count" or "expert_popularity").
-bool holds_counts(const Json& document);
-CountWindow logical_counts_from_document(const Json& document, Fractions fractions);
+/// Whether the document has a key of one of `mapping`'s tensors.
+bool holds_payload(const Json& document, const PayloadMapping& mapping);
+/// `mapping`'s payload out of a document, as the JSON codec reads it (json_codec.cpp).
+StatisticsFile payload_from_document(const Json& document, const PayloadMapping& mapping,
+                                     const ReadOptions& options);
 
 }  // namespace moestat::io::detail

@@ -8,7 +8,8 @@ namespace {
 
 class SafetensorsCodec final : public TensorContainerCodec {
   std::string_view container_name() const noexcept override { return "safetensors"; }
-  NamedTensors decode(std::string_view bytes) const override {
+  NamedTensors decode(std::string_view bytes, std::string_view,
+                      const PayloadMapping&) const override {
     return read_safetensors(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
   }
   std::string encode(const NamedTensors& tensors) const override {

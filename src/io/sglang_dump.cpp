@@ -5,7 +5,7 @@
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/snapshot_json.hpp>
 
-#include "payload_mappings.hpp"
+#include "codec.hpp"
 
 namespace moestat::io {
 namespace {
@@ -48,12 +48,17 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank)
               : fmt::format("expert_distribution_recorder_{}.pt", time);
 }
 
-PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
-                         std::optional<double> average_utilization) {
+PtValue detail::stat_dump(HostTensor logical_count, std::int64_t rank,
+                          std::optional<double> average_utilization) {
   return PtValue(PtDict{{PtValue("rank"), PtValue(rank)},
-                        {PtValue("logical_count"), PtValue(detail::logical_count_tensor(counts))},
+                        {PtValue("logical_count"), PtValue(std::move(logical_count))},
                         {PtValue("average_utilization_rate_over_window"),
                          average_utilization ? PtValue(*average_utilization) : PtValue()}});
+}
+
+PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
+                         std::optional<double> average_utilization) {
+  return detail::stat_dump(detail::logical_count_tensor(counts), rank, average_utilization);
 }
 
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,

@@ -1,27 +1,17 @@
-// Logical counts and placements out of (and into) SGLang's .pt values.
+// Logical counts and placements out of (and into) SGLang's .pt values: through the .pt
+// layout (pt_codec.cpp) and the payload mappings, as .pt files are read and written.
 #include <algorithm>
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/sglang.hpp>
 
-#include "payload_mappings.hpp"
+#include "codec.hpp"
 
 namespace moestat::io {
-namespace {
 
-std::string keys_of(const PtValue& value) {
-  if (value.kind() != PtValue::Kind::kDict) return fmt::format("a {}", pt_kind_name(value.kind()));
-  std::vector<std::string> keys;
-  for (const auto& [key, item] : value.dict()) {
-    keys.push_back(key.kind() == PtValue::Kind::kStr ? key.as_str()
-                                                     : fmt::format("{}", key.as_int()));
-    if (keys.size() == 8) break;
-  }
-  return fmt::format("a dict with keys [{}]", fmt::join(keys, ", "));
-}
-
-/// Per-pass and per-token dumps: physical counts of each record, mapped to logical experts.
-CountWindow counts_of_records(const PtValue& dump) {
+// Per-pass and per-token dumps: physical counts of each record, mapped to logical experts
+// through the map in force at the dump.
+CountWindow detail::counts_of_records(const PtValue& dump) {
   const HostTensor& map_tensor = dump.at("last_physical_to_logical_map").tensor();
   const std::vector<std::int64_t> map =
       detail::integer_tensor(map_tensor, "last_physical_to_logical_map", 2);
@@ -67,30 +57,20 @@ CountWindow counts_of_records(const PtValue& dump) {
   return out;
 }
 
-}  // namespace
-
 CountWindow logical_counts_from_pt(const PtValue& value) {
-  if (const PtValue* counts = value.find("logical_count")) {
-    return detail::counts_from_tensor(counts->tensor());
-  }
-  if (value.find("records") != nullptr) return counts_of_records(value);
-  MOESTAT_FAIL(
-      "expected an SGLang dump (a dict with \"logical_count\", or \"records\" and "
-      "\"last_physical_to_logical_map\"), got {}",
-      keys_of(value));
+  return std::get<CountWindow>(detail::payload_from_tensors(
+      detail::kCountsMapping, detail::tensors_of_pt(value), {}, ".pt"));
 }
 
 PtValue placement_to_pt(const Placement& placement) {
-  return PtValue(PtDict{{PtValue("physical_to_logical_map"),
-                         PtValue(detail::physical_to_logical_tensor(placement))}});
+  return detail::pt_of_tensors(detail::kPlacementMapping.to_tensors(placement));
 }
 
 Placement placement_from_pt(const PtValue& value, std::int64_t num_logical_experts,
                             std::uint64_t version) {
-  MOESTAT_CHECK(value.find("physical_to_logical_map") != nullptr,
-                "expected a dict with \"physical_to_logical_map\", got {}", keys_of(value));
-  return detail::placement_from_tensor(value.at("physical_to_logical_map").tensor(),
-                                       num_logical_experts, version);
+  return std::get<Placement>(detail::payload_from_tensors(
+      detail::kPlacementMapping, detail::tensors_of_pt(value),
+      {.num_logical_experts = num_logical_experts, .version = version}, ".pt"));
 }
 
 }  // namespace moestat::io

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <moestat/checked_math.hpp>
 #include <moestat/io/document.hpp>
 #include <moestat/io/statistics.hpp>
@@ -11,9 +12,9 @@
 #include <moestat/printable.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "command.hpp"
@@ -376,32 +377,30 @@ class InspectCommand final : public Command {
 
   static constexpr std::size_t kMaxContentLines = 200;
 
+  /// A snapshot is read as the document it is (it holds more than its counts: mode, tokens,
+  /// drops); any other JSON file as every command reads it, through io::read_statistics_file.
   void inspect_json(Json& out) const {
-    io::Document document;
+    std::exception_ptr not_a_document;
     try {
-      document = io::read_document(path_);
-    } catch (const Error&) {
-      // Not a document: perhaps an expert mask; otherwise the document error says why.
-      const std::exception_ptr why = std::current_exception();
-      std::optional<ExpertMask> mask;
-      try {
-        const io::StatisticsFile file = io::read_statistics_file(path_);
-        if (const auto* found = std::get_if<ExpertMask>(&file)) mask = *found;
-      } catch (const Error&) {
+      if (const io::Document document = io::read_document(path_);
+          const auto* snapshot = std::get_if<Snapshot>(&document)) {
+        out["kind"] = io::document_kind_name(io::DocumentKind::kSnapshot);
+        inspect(*snapshot, out);
+        return;
       }
-      if (!mask) std::rethrow_exception(why);
-      out["kind"] = "expert_mask";
-      inspect(*mask, out);
-      return;
+    } catch (const Error&) {
+      // Perhaps an expert mask, which is no document; otherwise the document error says
+      // what the file is not.
+      not_a_document = std::current_exception();
     }
-    out["kind"] = io::document_kind_name(io::document_kind(document));
-    if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
-      inspect(*snapshot, out);
-    } else if (const auto* counts = std::get_if<CountWindow>(&document)) {
-      inspect(*counts, out);
-    } else {
-      inspect(std::get<Placement>(document), out);
+    io::StatisticsFile file;
+    try {
+      file = io::read_statistics_file(path_);
+    } catch (const Error&) {
+      if (not_a_document) std::rethrow_exception(not_a_document);
+      throw;
     }
+    inspect(file, out);
   }
 
   /// What a .pt or safetensors file holds, key by key.
@@ -433,14 +432,12 @@ class InspectCommand final : public Command {
       }
       return;
     }
+    inspect(file, out);
+  }
+
+  void inspect(const io::StatisticsFile& file, Json& out) const {
     out["kind"] = io::statistics_kind_name(io::statistics_kind(file));
-    if (const auto* counts = std::get_if<CountWindow>(&file)) {
-      inspect(*counts, out);
-    } else if (const auto* placement = std::get_if<Placement>(&file)) {
-      inspect(*placement, out);
-    } else {
-      inspect(std::get<ExpertMask>(file), out);
-    }
+    std::visit([&](const auto& payload) { inspect(payload, out); }, file);
   }
 
   void inspect(const ExpertMask& mask, Json& out) const {
