@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <moestat/error.hpp>
 #include <moestat/online/live_metrics.hpp>
 #include <moestat/snapshot.hpp>
@@ -34,8 +35,9 @@ std::vector<std::string> names_of_layers(std::vector<std::string> names, std::in
 std::vector<HotExpert> hottest_experts(const Snapshot& snapshot, std::int64_t count) {
   const std::int64_t num_cells = snapshot.num_layers * snapshot.num_logical_experts;
   std::vector<std::int64_t> totals(std::size_t(num_cells), 0);
-  for (std::size_t i = 0; i < snapshot.logical_counts.size(); ++i) {
-    totals[i % std::size_t(num_cells)] += snapshot.logical_counts[i];
+  for (auto row = snapshot.logical_counts.begin(); row != snapshot.logical_counts.end();
+       row += num_cells) {
+    std::transform(totals.begin(), totals.end(), row, totals.begin(), std::plus<>());
   }
   std::vector<HotExpert> experts;
   for (std::int64_t cell = 0; cell < num_cells; ++cell) {
