@@ -147,17 +147,19 @@ MetricValues LiveMetrics::update() {
   // The snapshot is taken outside the lock: it is the slow part, and consistent by itself.
   const Snapshot snapshot = recorder_.snapshot();
   std::lock_guard lock(mutex_);
-  const std::int64_t window = snapshot.window_size();
+  // Passes are numbered in the order they reached the window: a pass the recorder dropped
+  // (its collector fell behind) never did, and is counted in passes_dropped only.
+  const std::int64_t reached = snapshot.num_passes - snapshot.dropped_passes;
   // A restarted recorder holds fewer passes than were seen: all of its passes are new.
-  const std::int64_t first_new = snapshot.num_passes >= passes_seen_ ? passes_seen_ : 0;
-  const std::int64_t first_kept = snapshot.num_passes - window;
+  const std::int64_t first_new = reached >= passes_seen_ ? passes_seen_ : 0;
+  const std::int64_t first_kept = reached - snapshot.window_size();
   values_.passes_unobserved += std::max<std::int64_t>(0, first_kept - first_new);
   const std::int64_t cells = snapshot.num_layers * snapshot.num_physical_experts;
-  for (std::int64_t pass = std::max(first_new, first_kept); pass < snapshot.num_passes; ++pass) {
+  for (std::int64_t pass = std::max(first_new, first_kept); pass < reached; ++pass) {
     const std::int64_t row = pass - first_kept;
     fold_pass(snapshot.pass_ids[std::size_t(row)], snapshot.physical_counts.data() + row * cells);
   }
-  passes_seen_ = snapshot.num_passes;
+  passes_seen_ = reached;
 
   values_.passes_recorded = snapshot.num_passes;
   values_.passes_dropped = snapshot.dropped_passes;

@@ -110,7 +110,7 @@ class LiveMetrics {
   const Recorder& recorder_;
   std::int64_t num_hottest_experts_;
   std::mutex mutex_;
-  std::int64_t passes_seen_ = 0;  ///< The recorder's num_passes at the last update.
+  std::int64_t passes_seen_ = 0;  ///< Passes that had reached the window at the last update.
   std::deque<double> history_;    ///< Balancedness of the latest passes, oldest first.
   MetricValues values_;
 };
