@@ -35,7 +35,9 @@ TEST(MetricsServer, ServesTheTextOnLoopbackOnly) {
   EXPECT_EQ(client.Get("/metrics/x")->status, 404);
   EXPECT_EQ(client.Post("/metrics", "x", "text/plain")->status, 405);
   EXPECT_EQ(client.Delete("/metrics")->status, 405);
-  EXPECT_EQ(scrapes, 2);
+  EXPECT_EQ(client.Options("/metrics")->status, 405);
+  EXPECT_EQ(client.Head("/metrics")->status, 200);
+  EXPECT_EQ(scrapes, 3);  // HEAD makes the text too
   server.stop();
   server.stop();  // idempotent
   EXPECT_FALSE(client.Get("/metrics"));

@@ -21,8 +21,9 @@ struct MetricsServerOptions {
   int port = 0;
 };
 
-/// Serves GET /metrics from a thread of its own until stop() or destruction. Every other
-/// path is 404, every other method 405; a scrape whose text fails is a 500 with the message.
+/// Serves GET (and HEAD) /metrics from a thread of its own until stop() or destruction. Every
+/// other path is 404; POST, PUT, PATCH, DELETE and OPTIONS are 405; a scrape whose text fails
+/// is a 500 with the message.
 class MetricsServer {
  public:
   /// Serves `text()`, called once per scrape (from the server's thread).

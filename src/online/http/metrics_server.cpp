@@ -52,6 +52,7 @@ MetricsServer::MetricsServer(std::function<std::string()> text, MetricsServerOpt
   server.Put(".*", refuse);
   server.Patch(".*", refuse);
   server.Delete(".*", refuse);
+  server.Options(".*", refuse);
 
   impl_->host = options.host;
   if (options.port == 0) {
