@@ -67,7 +67,7 @@ std::vector<std::string> MetricValues::uncovered_layers() const {
   return names;
 }
 
-double pass_balancedness(const std::vector<std::int64_t>& gpu_loads, std::int64_t num_gpus) {
+double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus) {
   MOESTAT_CHECK(num_gpus > 0 && gpu_loads.size() % std::size_t(num_gpus) == 0,
                 "pass balancedness: {} GPU loads do not fill rows of {} GPUs", gpu_loads.size(),
                 num_gpus);

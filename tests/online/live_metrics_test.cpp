@@ -211,8 +211,9 @@ TEST_F(LiveMetricsTest, RefusesWhatItCannotMeasure) {
 TEST(PassBalancedness, IsSGLangsMeanOfLayerUtilisation) {
   // Layer 0: loads 1, 3 -> (2 + e) / (3 + e); layer 1 empty -> 1.
   const double expected = ((2 + 1e-5) / (3 + 1e-5) + 1.0) / 2;
-  EXPECT_DOUBLE_EQ(online::pass_balancedness({1, 3, 0, 0}, 2), expected);
-  EXPECT_MOESTAT_ERROR(online::pass_balancedness({1, 2, 3}, 2), "do not fill rows of 2 GPUs");
+  EXPECT_DOUBLE_EQ(online::pass_balancedness(std::vector<std::int64_t>{1, 3, 0, 0}, 2), expected);
+  EXPECT_MOESTAT_ERROR(online::pass_balancedness(std::vector<std::int64_t>{1, 2, 3}, 2),
+                       "do not fill rows of 2 GPUs");
 }
 
 }  // namespace

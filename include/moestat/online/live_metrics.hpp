@@ -11,6 +11,7 @@
 #include <deque>
 #include <moestat/recorder.hpp>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,10 @@ struct BalancednessMean {
   double value = 0.0;           ///< 0 before any pass.
 };
 
-/// What one update of LiveMetrics reads. Counters (`*_total` in the exposition) only grow
-/// while the LiveMetrics lives; the gauges describe the latest observed pass.
+/// What one update of LiveMetrics reads. Its own counters (passes observed and unobserved,
+/// GPU assignments, uncovered passes) only grow while the LiveMetrics lives; the recorder's
+/// (passes recorded and dropped, dropped ids) restart with the recorder; the gauges describe
+/// the latest observed pass.
 struct MetricValues {
   std::int64_t num_layers = 0;           ///< L, dense layers included.
   std::int64_t num_gpus = 0;             ///< G.
@@ -82,7 +85,7 @@ struct MetricValues {
 /// Per-pass balancedness as SGLang computes it: for each of the L layers of `gpu_loads`
 /// ([L, G]), (mean + 1e-5) / (max + 1e-5) of its GPU loads, averaged over all layers (a layer
 /// without load, dense ones included, scores 1).
-double pass_balancedness(const std::vector<std::int64_t>& gpu_loads, std::int64_t num_gpus);
+double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus);
 
 /// Live metrics of one recorder, computed from its snapshots: each update folds the passes
 /// recorded since the previous one (read from the recorder's pass window) into the rolling
