@@ -420,7 +420,7 @@ class MetricValues:
 
 class LiveMetrics:
     """
-    Live metrics of a recorder (stat, stat_approx or per_pass mode), from its snapshots.
+    Live metrics of a recorder (stat, stat_approx or per_pass mode), from its new passes.
     """
 
     def __init__(self, recorder: Recorder, *, num_gpus: int = 0, num_hottest_experts: int = 10, layer_names: Sequence[str] = []) -> None:

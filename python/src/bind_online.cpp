@@ -77,7 +77,7 @@ void bind_online(nb::module_& module) {
 
   nb::class_<online::LiveMetrics>(
       module, "LiveMetrics",
-      "Live metrics of a recorder (stat, stat_approx or per_pass mode), from its snapshots.")
+      "Live metrics of a recorder (stat, stat_approx or per_pass mode), from its new passes.")
       .def(
           "__init__",
           [](online::LiveMetrics* self, const Recorder& recorder, std::int64_t num_gpus,

@@ -1,11 +1,10 @@
-// LiveMetrics: the passes of each snapshot not seen before, folded one by one.
+// LiveMetrics: the passes recorded since the previous update, read and folded one by one.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
 #include <moestat/error.hpp>
 #include <moestat/online/live_metrics.hpp>
-#include <moestat/snapshot.hpp>
 #include <utility>
 
 namespace moestat::online {
@@ -31,19 +30,14 @@ std::vector<std::string> names_of_layers(std::vector<std::string> names, std::in
   return names;
 }
 
-/// The `count` most assigned (layer, expert) pairs of a window's logical counts [W, L, E].
-std::vector<HotExpert> hottest_experts(const Snapshot& snapshot, std::int64_t count) {
-  const std::int64_t num_cells = snapshot.num_layers * snapshot.num_logical_experts;
-  std::vector<std::int64_t> totals(std::size_t(num_cells), 0);
-  for (auto row = snapshot.logical_counts.begin(); row != snapshot.logical_counts.end();
-       row += num_cells) {
-    std::transform(totals.begin(), totals.end(), row, totals.begin(), std::plus<>());
-  }
+/// The `count` most assigned (layer, expert) pairs of logical totals [L, E].
+std::vector<HotExpert> hottest_experts(std::span<const std::int64_t> totals,
+                                       std::int64_t num_experts, std::int64_t count) {
   std::vector<HotExpert> experts;
-  for (std::int64_t cell = 0; cell < num_cells; ++cell) {
-    if (totals[std::size_t(cell)] > 0) {
-      experts.push_back({cell / snapshot.num_logical_experts, cell % snapshot.num_logical_experts,
-                         totals[std::size_t(cell)]});
+  for (std::size_t cell = 0; cell < totals.size(); ++cell) {
+    if (totals[cell] > 0) {
+      experts.push_back(
+          {std::int64_t(cell) / num_experts, std::int64_t(cell) % num_experts, totals[cell]});
     }
   }
   const auto hotter = [](const HotExpert& a, const HotExpert& b) {
@@ -106,6 +100,7 @@ LiveMetrics::LiveMetrics(const Recorder& recorder, LiveMetricsOptions options)
   values_.last_pass_gpu_loads.assign(cells, 0);
   values_.gpu_assignments_total.assign(cells, 0);
   values_.uncovered_passes.assign(std::size_t(topology.num_layers), 0);
+  logical_totals_.assign(std::size_t(topology.num_layers * topology.num_logical_experts), 0);
   for (const std::int64_t window : kBalancednessWindows) {
     values_.balancedness_means.push_back({window, 0, 0.0});
   }
@@ -144,26 +139,26 @@ void LiveMetrics::fold_pass(std::int64_t pass_id, const std::int64_t* physical_c
 }
 
 MetricValues LiveMetrics::update() {
-  // The snapshot is taken outside the lock: it is the slow part, and consistent by itself.
-  const Snapshot snapshot = recorder_.snapshot();
+  // NOTE: the read is under the lock so that concurrent updates fold each pass once; it
+  // copies only the passes since the previous read, which is what keeps it short.
   std::lock_guard lock(mutex_);
-  // Passes are numbered in the order they reached the window: a pass the recorder dropped
-  // (its collector fell behind) never did, and is counted in passes_dropped only.
-  const std::int64_t reached = snapshot.num_passes - snapshot.dropped_passes;
-  // A restarted recorder holds fewer passes than were seen: all of its passes are new.
-  const std::int64_t first_new = reached >= passes_seen_ ? passes_seen_ : 0;
-  const std::int64_t first_kept = reached - snapshot.window_size();
-  values_.passes_unobserved += std::max<std::int64_t>(0, first_kept - first_new);
-  const std::int64_t cells = snapshot.num_layers * snapshot.num_physical_experts;
-  for (std::int64_t pass = std::max(first_new, first_kept); pass < reached; ++pass) {
-    const std::int64_t row = pass - first_kept;
-    fold_pass(snapshot.pass_ids[std::size_t(row)], snapshot.physical_counts.data() + row * cells);
+  const PassesSince passes = recorder_.passes_since(generation_, next_arrival_);
+  generation_ = passes.generation;
+  next_arrival_ = passes.next_arrival();
+  values_.passes_unobserved += passes.missed_passes;
+  const std::int64_t physical_size = passes.num_layers * passes.num_physical_experts;
+  const std::int64_t logical_size = passes.num_layers * passes.num_logical_experts;
+  for (std::int64_t row = 0; row < passes.size(); ++row) {
+    fold_pass(passes.pass_ids[std::size_t(row)],
+              passes.physical_counts.data() + row * physical_size);
+    const auto logical = passes.logical_counts.begin() + row * logical_size;
+    std::transform(logical_totals_.begin(), logical_totals_.end(), logical, logical_totals_.begin(),
+                   std::plus<>());
   }
-  passes_seen_ = reached;
 
-  values_.passes_recorded = snapshot.num_passes;
-  values_.passes_dropped = snapshot.dropped_passes;
-  values_.dropped_ids = snapshot.dropped_ids;
+  values_.passes_recorded = passes.num_passes;
+  values_.passes_dropped = passes.dropped_passes;
+  values_.dropped_ids = passes.dropped_ids;
   for (BalancednessMean& mean : values_.balancedness_means) {
     mean.num_passes = std::min<std::int64_t>(mean.window, std::int64_t(history_.size()));
     double sum = 0.0;
@@ -171,7 +166,8 @@ MetricValues LiveMetrics::update() {
       sum += *value;
     mean.value = mean.num_passes > 0 ? sum / double(mean.num_passes) : 0.0;
   }
-  values_.hottest_experts = hottest_experts(snapshot, num_hottest_experts_);
+  values_.hottest_experts =
+      hottest_experts(logical_totals_, passes.num_logical_experts, num_hottest_experts_);
   return values_;
 }
 

@@ -134,11 +134,25 @@ TEST_F(LiveMetricsTest, EqualsARecomputationFromTheSnapshot) {
   EXPECT_EQ(values.uncovered_passes, std::vector<std::int64_t>(kLayers, 0));
 }
 
-TEST_F(LiveMetricsTest, HottestExpertsAreTheWindowsLargestLogicalTotals) {
-  LiveMetrics metrics(recorder_, {.num_hottest_experts = 7});
-  for (std::int64_t pass = 0; pass < 9; ++pass) run_pass(recorder_, rng_, pass, 11);
-  const MetricValues values = metrics.update();
-  const std::vector<std::int64_t> totals = recorder_.snapshot().logical_totals();  // [L, E]
+TEST_F(LiveMetricsTest, HottestExpertsAreTheLargestLogicalTotalsOfTheObservedPasses) {
+  // A window of 5 and updates every 4 passes: every pass is observed, most of them have left
+  // the window by the last update, and still count.
+  CpuRecorder small(topology(), {.mode = RecordMode::kStat, .window_size = 5});
+  small.start();
+  LiveMetrics metrics(small, {.num_hottest_experts = 7});
+  std::vector<std::int64_t> totals(std::size_t(kLayers * kExperts), 0);  // [L, E]
+  MetricValues values;
+  for (std::int64_t update = 0; update < 3; ++update) {
+    for (std::int64_t pass = 0; pass < 4; ++pass) run_pass(small, rng_, pass, 3 + update);
+    values = metrics.update();
+    const Snapshot snapshot = small.snapshot();
+    const auto first = snapshot.logical_counts.end() - 4 * kLayers * kExperts;
+    for (std::size_t cell = 0; cell < totals.size(); ++cell) {
+      for (auto row = first; row != snapshot.logical_counts.end(); row += kLayers * kExperts)
+        totals[cell] += row[std::ptrdiff_t(cell)];
+    }
+  }
+  ASSERT_EQ(values.passes_unobserved, 0);
   std::vector<online::HotExpert> expected;
   for (std::int64_t cell = 0; cell < kLayers * kExperts; ++cell) {
     if (totals[std::size_t(cell)] > 0)

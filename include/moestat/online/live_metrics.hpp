@@ -74,8 +74,8 @@ struct MetricValues {
   /// [L] observed passes in which the MoE layer counted nothing while another layer counted
   /// something (a hook that was skipped); 0 for dense layers.
   std::vector<std::int64_t> uncovered_passes;
-  /// The most assigned (layer, logical expert) pairs over the passes the recorder keeps, most
-  /// first (ties: lower layer, then lower expert); experts without assignments are left out.
+  /// The most assigned (layer, logical expert) pairs over every observed pass, most first
+  /// (ties: lower layer, then lower expert); experts without assignments are left out.
   std::vector<HotExpert> hottest_experts;
 
   /// Names of the layers with uncovered passes, in layer order.
@@ -87,12 +87,12 @@ struct MetricValues {
 /// without load, dense ones included, scores 1).
 double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus);
 
-/// Live metrics of one recorder, computed from its snapshots: each update folds the passes
-/// recorded since the previous one (read from the recorder's pass window) into the rolling
-/// state. Needs a pass-window mode (stat, stat_approx, per_pass). An update reads a snapshot,
-/// so the recording stream is never synchronised (the CUDA recorder copies its window on a
-/// stream of its own); passes that leave the window between two updates are counted in
-/// `passes_unobserved`, so update at least once per window of passes.
+/// Live metrics of one recorder: each update reads the passes recorded since the previous one
+/// (Recorder::passes_since, which copies only those) and folds them into the rolling state,
+/// so its cost follows the new passes, not the window. Needs a pass-window mode (stat,
+/// stat_approx, per_pass). The recording stream is never synchronised (the CUDA recorder
+/// copies the new rows on a stream of its own); passes that leave the window between two
+/// updates are counted in `passes_unobserved`, so update at least once per window of passes.
 ///
 /// Thread-safe: update() may be called from any thread (an HTTP server's, say) while the
 /// recorder's passes run. The recorder must outlive this object.
@@ -103,8 +103,7 @@ class LiveMetrics {
   explicit LiveMetrics(const Recorder& recorder, LiveMetricsOptions options = {});
 
   /// Folds the passes recorded since the last update and returns the metrics.
-  /// A recorder restarted (start(), reset()) since the last update is noticed when it holds
-  /// fewer passes than were seen: its passes are then all new.
+  /// After a restart of the recorder (start(), reset()) every pass it holds is new.
   MetricValues update();
 
  private:
@@ -113,8 +112,10 @@ class LiveMetrics {
   const Recorder& recorder_;
   std::int64_t num_hottest_experts_;
   std::mutex mutex_;
-  std::int64_t passes_seen_ = 0;  ///< Passes that had reached the window at the last update.
-  std::deque<double> history_;    ///< Balancedness of the latest passes, oldest first.
+  std::uint64_t generation_ = 0;              ///< The recorder's generation at the last update.
+  std::int64_t next_arrival_ = 0;             ///< Arrival of the first pass not read yet.
+  std::deque<double> history_;                ///< Balancedness of the latest passes, oldest first.
+  std::vector<std::int64_t> logical_totals_;  ///< [L, E] over every observed pass.
   MetricValues values_;
 };
 
