@@ -1,15 +1,16 @@
 # `cmake --install`: the libraries, their public headers, the CMake package (moestatConfig.cmake
-# with the components cuda, nccl and mpi) and pkg-config's moestat.pc. The synthetic workload,
+# with the components cuda, nccl, mpi and http) and pkg-config's moestat.pc. The synthetic workload,
 # the CLI and the Python module are not part of it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(MOESTAT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/moestat)
 
-# One export set per component, so that loading the package needs CUDA, NCCL or MPI only when
+# One export set per component, so that loading the package needs CUDA, NCCL, MPI or
+# cpp-httplib only when
 # the component that links it is asked for.
 install(TARGETS moestat moestat_core moestat_record_cpu moestat_io moestat_plan moestat_report
-                moestat_dist
+                moestat_online moestat_dist
         EXPORT moestatTargets FILE_SET HEADERS)
 install(EXPORT moestatTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 set(MOESTAT_BUILT_COMPONENTS "")
@@ -28,6 +29,12 @@ if(TARGET moestat_dist_mpi)
   list(APPEND MOESTAT_BUILT_COMPONENTS mpi)
   install(TARGETS moestat_dist_mpi EXPORT moestatMpiTargets FILE_SET HEADERS)
   install(EXPORT moestatMpiTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
+endif()
+
+if(TARGET moestat_online_http)
+  list(APPEND MOESTAT_BUILT_COMPONENTS http)
+  install(TARGETS moestat_online_http EXPORT moestatHttpTargets FILE_SET HEADERS)
+  install(EXPORT moestatHttpTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 endif()
 
 # Static libraries carry their private dependencies to the program that links them.

@@ -32,6 +32,10 @@ USES = {
     # cuda_support for the NCCL transport.
     "dist": {"core", "cuda_support"},
     "report": {"plan", "io"},
+    # io for the atomic write of the metrics file.
+    "online": {"core", "io"},
+    # The HTTP endpoint, apart so that only a program serving metrics links cpp-httplib.
+    "online_http": {"online"},
 }
 
 # Private folders shared beyond their own layer, with the layers given their include path.
@@ -80,6 +84,8 @@ def public_layer(relative):
         return {"workload.hpp": "workload", "report.hpp": "report"}.get(parts[0], "core")
     if parts[0] == "record":
         return "record_cpu" if parts[1] == "cpu_recorder.hpp" else "record_cuda"
+    if parts[0] == "online" and parts[1] == "metrics_server.hpp":
+        return "online_http"
     return parts[0]
 
 
@@ -88,6 +94,8 @@ def private_layer(relative):
     parts = relative.split("/")
     if parts[0] == "record":
         return "record_" + parts[1]
+    if parts[0] == "online" and parts[1] == "http":
+        return "online_http"
     return parts[0]
 
 

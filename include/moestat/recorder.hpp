@@ -120,6 +120,21 @@ class Recorder {
   virtual bool is_recording() const = 0;
   /// A copy of everything recorded so far, with logical ids resolved.
   virtual Snapshot snapshot() const = 0;
+  /// The passes of the pass window (stat, stat_approx, per_pass) from arrival
+  /// `first_arrival` of `generation` on: only those rows are copied, so a reader that follows
+  /// the recorder pays for the new passes, not the window. A `generation` other than the
+  /// recorder's (0 before the first read) reads from arrival 0 of the current one. Passes
+  /// that already left the window are counted in missed_passes. moestat::Error in the
+  /// other modes, or for an arrival beyond the next one.
+  ///
+  /// @code
+  ///   moestat::PassesSince passes;
+  ///   for (;;) {
+  ///     passes = recorder.passes_since(passes.generation, passes.next_arrival());
+  ///     use(passes.physical_counts);  // passes.size() rows of [L, P]
+  ///   }
+  /// @endcode
+  virtual PassesSince passes_since(std::uint64_t generation, std::int64_t first_arrival) const = 0;
   /// Makes `placement` current for passes that end from now on. Its shape must match the
   /// topology and its version must be higher than the current one's.
   virtual void set_placement(const Placement& placement) = 0;

@@ -17,8 +17,12 @@ interface with moestat underneath (docs/sglang.md).
 """
 
 from ._core import (
+    BalancednessMean,
     CpuRecorder,
     Error,
+    HotExpert,
+    LiveMetrics,
+    MetricValues,
     ModelTopology,
     Placement,
     Recorder,
@@ -30,24 +34,34 @@ from ._core import (
     file_format,
     has_cuda,
     hot_expert_hit_rate,
+    has_http,
     hot_expert_mask,
     plan_deepseek,
     plan_moestat,
+    prometheus_content_type,
+    prometheus_text,
     read_counts,
     read_logical_counts,
     read_placement,
     write_logical_counts,
     write_placement,
+    write_prometheus_file,
     write_sglang_dump,
 )
 from .eplb import rebalance_experts
 
 if has_cuda:
     from ._core import CudaRecorder
+if has_http:
+    from ._core import MetricsServer
 
 __all__ = [
+    "BalancednessMean",
     "CpuRecorder",
     "Error",
+    "HotExpert",
+    "LiveMetrics",
+    "MetricValues",
     "ModelTopology",
     "Placement",
     "Recorder",
@@ -59,14 +73,18 @@ __all__ = [
     "file_format",
     "has_cuda",
     "hot_expert_hit_rate",
+    "has_http",
     "hot_expert_mask",
     "plan_deepseek",
     "plan_moestat",
+    "prometheus_content_type",
+    "prometheus_text",
     "read_counts",
     "read_logical_counts",
     "read_placement",
     "rebalance_experts",
     "write_logical_counts",
     "write_placement",
+    "write_prometheus_file",
     "write_sglang_dump",
-] + (["CudaRecorder"] if has_cuda else [])
+] + (["CudaRecorder"] if has_cuda else []) + (["MetricsServer"] if has_http else [])

@@ -10,6 +10,8 @@ from numpy.typing import NDArray
 
 has_cuda: bool = True
 
+has_http: bool = True
+
 class Error(ValueError):
     """Bad input or state, as moestat::Error reports it in C++."""
 
@@ -335,3 +337,134 @@ def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, d
     """
     Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). Returns the path.
     """
+
+class HotExpert:
+    """A logical expert of a layer and its assignments."""
+
+    @property
+    def layer(self) -> int: ...
+
+    @property
+    def expert(self) -> int: ...
+
+    @property
+    def assignments(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+class BalancednessMean:
+    """The mean balancedness of the latest passes."""
+
+    @property
+    def window(self) -> int:
+        """passes it is over at most"""
+
+    @property
+    def num_passes(self) -> int:
+        """passes it is over now"""
+
+    @property
+    def value(self) -> float: ...
+
+class MetricValues:
+    """What one LiveMetrics.update() read."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def num_gpus(self) -> int: ...
+
+    @property
+    def layer_names(self) -> list[str]: ...
+
+    @property
+    def passes_recorded(self) -> int: ...
+
+    @property
+    def passes_observed(self) -> int: ...
+
+    @property
+    def passes_unobserved(self) -> int: ...
+
+    @property
+    def passes_dropped(self) -> int: ...
+
+    @property
+    def dropped_ids(self) -> int: ...
+
+    @property
+    def last_pass_id(self) -> int: ...
+
+    @property
+    def last_pass_balancedness(self) -> float: ...
+
+    @property
+    def last_pass_gpu_loads(self) -> object:
+        """[L, G] int64 assignments per GPU in the latest observed pass"""
+
+    @property
+    def gpu_assignments_total(self) -> object:
+        """[L, G] int64 assignments per GPU over every observed pass"""
+
+    @property
+    def balancedness_means(self) -> list[BalancednessMean]:
+        """over the latest 10, 100 and 1000 passes"""
+
+    @property
+    def uncovered_passes(self) -> object:
+        """
+        [L] int64 passes in which the MoE layer counted nothing while others counted
+        """
+
+    def uncovered_layers(self) -> list[str]:
+        """Names of the layers with uncovered passes."""
+
+    @property
+    def hottest_experts(self) -> list[HotExpert]: ...
+
+class LiveMetrics:
+    """
+    Live metrics of a recorder (stat, stat_approx or per_pass mode), from its new passes.
+    """
+
+    def __init__(self, recorder: Recorder, *, num_gpus: int = 0, num_hottest_experts: int = 10, layer_names: Sequence[str] = []) -> None:
+        """
+        num_gpus 0 takes the topology's ep_size; layer_names (empty: indices) label layers.
+        """
+
+    def update(self) -> MetricValues:
+        """
+        Folds the passes recorded since the last update; returns the MetricValues.
+        """
+
+def prometheus_text(values: MetricValues) -> str:
+    """The Prometheus text exposition (format 0.0.4) of MetricValues."""
+
+def write_prometheus_file(path: str | os.PathLike, values: MetricValues) -> None:
+    """Writes prometheus_text(values) to path atomically."""
+
+prometheus_content_type: str = 'text/plain; version=0.0.4; charset=utf-8'
+
+class MetricsServer:
+    """
+    Serves GET /metrics (Prometheus text of LiveMetrics.update()) from a thread of its own.
+    """
+
+    def __init__(self, metrics: LiveMetrics, *, host: str = '127.0.0.1', port: int = 0) -> None:
+        """
+        port 0 picks a free port; another host than loopback exposes the metrics.
+        """
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def host(self) -> str: ...
+
+    def stop(self) -> None:
+        """Stops serving; idempotent."""
+
+    def __enter__(self) -> MetricsServer: ...
+
+    def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None: ...

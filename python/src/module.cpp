@@ -17,6 +17,12 @@ NB_MODULE(_core, module) {
 #else
       false;
 #endif
+  module.attr("has_http") =
+#ifdef MOESTAT_HAS_HTTP
+      true;
+#else
+      false;
+#endif
 
   // moestat::Error becomes moestat.Error, a ValueError carrying the message without the
   // C++ source location (which means nothing to a Python caller).
@@ -38,4 +44,5 @@ NB_MODULE(_core, module) {
   moestat::python::bind_recorders(module);
   moestat::python::bind_planning(module);
   moestat::python::bind_files(module);
+  moestat::python::bind_online(module);
 }

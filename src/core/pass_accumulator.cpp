@@ -118,6 +118,7 @@ void PassAccumulator::clear() {
   num_passes_ = 0;
   dropped_ids_ = 0;
   dropped_tokens_ = 0;
+  ++generation_;
   forget_unreferenced_placements();
 }
 
@@ -137,6 +138,24 @@ void PassAccumulator::forget_unreferenced_placements() {
   std::erase_if(placements_, [&](const auto& entry) { return !used.contains(entry.first); });
 }
 
+template <typename Rows>
+void PassAccumulator::copy_window_rows(std::int64_t first, std::int64_t count, Rows& out) const {
+  const std::int64_t physical_size = num_layers_ * num_physical_;
+  const std::int64_t logical_size = num_layers_ * num_logical_;
+  out.physical_counts.resize(std::size_t(count * physical_size));
+  out.logical_counts.assign(std::size_t(count * logical_size), 0);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto row = std::size_t(window_row(first + i));
+    out.pass_ids.push_back(window_pass_ids_[row]);
+    out.pass_num_tokens.push_back(window_num_tokens_[row]);
+    out.placement_versions.push_back(window_versions_[row]);
+    const std::int64_t* in = window_counts_.data() + std::int64_t(row) * physical_size;
+    std::copy(in, in + physical_size, out.physical_counts.begin() + i * physical_size);
+    add_logical_counts(placement(window_versions_[row]), in,
+                       out.logical_counts.data() + i * logical_size);
+  }
+}
+
 Snapshot PassAccumulator::snapshot() const {
   Snapshot out;
   out.mode = mode_;
@@ -149,21 +168,7 @@ Snapshot PassAccumulator::snapshot() const {
   out.dropped_ids = dropped_ids_;
   out.dropped_tokens = dropped_tokens_;
 
-  const auto rows = std::int64_t(window_pass_ids_.size());
-  const std::int64_t physical_size = num_layers_ * num_physical_;
-  const std::int64_t logical_size = num_layers_ * num_logical_;
-  out.physical_counts.resize(std::size_t(rows * physical_size));
-  out.logical_counts.assign(std::size_t(rows * logical_size), 0);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const auto row = std::size_t(window_row(i));
-    out.pass_ids.push_back(window_pass_ids_[row]);
-    out.pass_num_tokens.push_back(window_num_tokens_[row]);
-    out.placement_versions.push_back(window_versions_[row]);
-    const std::int64_t* in = window_counts_.data() + std::int64_t(row) * physical_size;
-    std::copy(in, in + physical_size, out.physical_counts.begin() + i * physical_size);
-    add_logical_counts(placement(window_versions_[row]), in,
-                       out.logical_counts.data() + i * logical_size);
-  }
+  copy_window_rows(0, std::int64_t(window_pass_ids_.size()), out);
 
   out.decayed_physical_load = decayed_physical_;
   out.decayed_logical_load = decayed_logical_;
@@ -182,6 +187,32 @@ Snapshot PassAccumulator::snapshot() const {
       out.token_logical_ids[index] = physical < 0 ? -1 : map.logical_of(layer, physical);
     }
   }
+  return out;
+}
+
+PassesSince PassAccumulator::passes_since(std::uint64_t generation,
+                                          std::int64_t first_arrival) const {
+  MOESTAT_CHECK(mode_ != RecordMode::kDecayed && mode_ != RecordMode::kPerToken,
+                "passes_since needs a recorder that keeps passes (stat, stat_approx or "
+                "per_pass), not {}",
+                record_mode_name(mode_));
+  const std::int64_t wanted = generation == generation_ ? first_arrival : 0;
+  MOESTAT_CHECK(wanted >= 0 && wanted <= num_passes_,
+                "passes_since: arrival {} is outside the {} passes that reached the window",
+                first_arrival, num_passes_);
+  PassesSince out;
+  out.num_layers = num_layers_;
+  out.num_logical_experts = num_logical_;
+  out.num_physical_experts = num_physical_;
+  out.generation = generation_;
+  out.num_passes = num_passes_;
+  out.dropped_ids = dropped_ids_;
+
+  // Every committed pass reached the window: the rows hold arrivals [first_kept, num_passes_).
+  const std::int64_t first_kept = num_passes_ - std::int64_t(window_pass_ids_.size());
+  out.first_arrival = std::max(wanted, first_kept);
+  out.missed_passes = out.first_arrival - wanted;
+  copy_window_rows(out.first_arrival - first_kept, num_passes_ - out.first_arrival, out);
   return out;
 }
 

@@ -28,6 +28,7 @@ class DeferringRecorder final : public Recorder {
   void reset() override {}
   bool is_recording() const override { return true; }
   Snapshot snapshot() const override { return {}; }
+  PassesSince passes_since(std::uint64_t, std::int64_t) const override { return {}; }
   void set_placement(const Placement&) override {}
 
  protected:

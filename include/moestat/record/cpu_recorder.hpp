@@ -28,6 +28,7 @@ class CpuRecorder final : public Recorder {
   void reset() override;
   bool is_recording() const override;
   Snapshot snapshot() const override;
+  PassesSince passes_since(std::uint64_t generation, std::int64_t first_arrival) const override;
   void set_placement(const Placement& placement) override;
 
  protected:

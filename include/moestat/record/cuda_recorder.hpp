@@ -126,6 +126,7 @@ class CudaRecorder final : public Recorder {
   void reset() override;
   bool is_recording() const override;
   Snapshot snapshot() const override;
+  PassesSince passes_since(std::uint64_t generation, std::int64_t first_arrival) const override;
   /// In decayed mode the device needs the map itself: a second change before any pass has
   /// begun since the first is refused with a moestat::Error.
   void set_placement(const Placement& placement) override;

@@ -38,12 +38,18 @@ class PassAccumulator {
   /// `placement` must already match the topology; its version must exceed the current one.
   void set_placement(const Placement& placement);
   Snapshot snapshot() const;
+  /// Recorder::passes_since for the window; the generation changes with each clear().
+  PassesSince passes_since(std::uint64_t generation, std::int64_t first_arrival) const;
 
  private:
   const Placement& placement(std::uint64_t version) const { return placements_.at(version); }
   const Placement& current_placement() const { return placements_.rbegin()->second; }
   /// Index of the i-th oldest window row in storage.
   std::int64_t window_row(std::int64_t i) const;
+  /// Appends window rows first .. first + count - 1 (oldest = 0) to a Snapshot or
+  /// PassesSince, logical counts resolved.
+  template <typename Rows>
+  void copy_window_rows(std::int64_t first, std::int64_t count, Rows& out) const;
   void commit_window(const PassRecord& pass);
   void commit_decayed(const PassRecord& pass);
   void commit_tokens(const PassRecord& pass);
@@ -71,7 +77,8 @@ class PassAccumulator {
   std::vector<std::int64_t> token_pass_ids_;
   std::vector<std::uint64_t> token_versions_;
 
-  std::int64_t num_passes_ = 0;
+  std::int64_t num_passes_ = 0;  // in window modes also the passes that reached the window
+  std::uint64_t generation_ = 0;
   std::int64_t dropped_ids_ = 0;
   std::int64_t dropped_tokens_ = 0;
 };

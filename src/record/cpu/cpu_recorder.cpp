@@ -158,6 +158,11 @@ Snapshot CpuRecorder::snapshot() const {
   return accumulator_->snapshot();
 }
 
+PassesSince CpuRecorder::passes_since(std::uint64_t generation, std::int64_t first_arrival) const {
+  std::lock_guard lock(mutex_);
+  return accumulator_->passes_since(generation, first_arrival);
+}
+
 void CpuRecorder::set_placement(const Placement& placement) {
   validate_placement(placement);
   std::lock_guard lock(mutex_);

@@ -1,7 +1,6 @@
 #include "collected_storage.hpp"
 
 #include "cuda_check.hpp"
-#include "logical_counts.hpp"
 
 namespace moestat::record::cuda {
 
@@ -20,16 +19,24 @@ void CollectedStorage::end_pass(cudaStream_t stream) {
 
 void CollectedStorage::read(Snapshot& out, std::uint64_t requested_epoch,
                             const std::map<std::uint64_t, Placement>& placements) {
-  CollectedPasses collected = collector_->collect();
+  CollectedPasses collected = collector_->collect(0);
   // A start or reset that has not reached the device yet: nothing belongs to it.
   if (collected.epoch != requested_epoch) return;
-  out.pass_ids = std::move(collected.passes.pass_ids);
-  out.placement_versions = std::move(collected.passes.placement_versions);
-  out.pass_num_tokens = std::move(collected.passes.pass_num_tokens);
-  out.physical_counts.assign(collected.passes.physical_counts.begin(),
-                             collected.passes.physical_counts.end());
-  out.logical_counts =
-      detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements);
+  assign_pass_rows(out, std::move(collected.passes), placements);
+  out.num_passes = collected.num_passes;
+  out.dropped_passes = collected.dropped_passes;
+  out.dropped_ids = collected.dropped_ids;
+}
+
+void CollectedStorage::read_since(PassesSince& out, std::uint64_t requested_epoch,
+                                  std::int64_t first_arrival,
+                                  const std::map<std::uint64_t, Placement>& placements) {
+  // Collected passes stay on the host: the passes that arrived are the rows collected.
+  CollectedPasses collected = collector_->collect(first_arrival);
+  if (collected.epoch != requested_epoch) return;
+  check_arrival(first_arrival, collected.num_collected);
+  out.first_arrival = first_arrival;
+  assign_pass_rows(out, std::move(collected.passes), placements);
   out.num_passes = collected.num_passes;
   out.dropped_passes = collected.dropped_passes;
   out.dropped_ids = collected.dropped_ids;

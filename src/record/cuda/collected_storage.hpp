@@ -17,6 +17,8 @@ class CollectedStorage final : public StoragePolicy {
   void end_pass(cudaStream_t stream) override;
   void read(Snapshot& out, std::uint64_t requested_epoch,
             const std::map<std::uint64_t, Placement>& placements) override;
+  void read_since(PassesSince& out, std::uint64_t requested_epoch, std::int64_t first_arrival,
+                  const std::map<std::uint64_t, Placement>& placements) override;
 
  private:
   DeviceAllocations memory_;

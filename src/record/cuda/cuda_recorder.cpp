@@ -338,6 +338,21 @@ void CudaRecorder::set_placement(const Placement& placement) {
   r.write_control(&cuda::ControlBlock::placement_word, (placement.version() << 1) | buffer);
 }
 
+PassesSince CudaRecorder::passes_since(std::uint64_t generation, std::int64_t first_arrival) const {
+  std::lock_guard lock(mutex_);
+  DeviceGuard guard(device_);
+  const ModelTopology& model = topology();
+  PassesSince out;
+  out.num_layers = model.num_layers;
+  out.num_logical_experts = model.num_logical_experts;
+  out.num_physical_experts = model.num_physical_experts;
+  // The epoch changes with each start() and reset(), and with nothing else.
+  out.generation = requested_epoch_;
+  resources_->storage->read_since(out, requested_epoch_,
+                                  generation == requested_epoch_ ? first_arrival : 0, placements_);
+  return out;
+}
+
 Snapshot CudaRecorder::snapshot() const {
   std::lock_guard lock(mutex_);
   DeviceGuard guard(device_);

@@ -1,5 +1,7 @@
 #include "pass_collector.hpp"
 
+#include <algorithm>
+
 #include "cuda_check.hpp"
 
 namespace moestat::record::cuda {
@@ -21,11 +23,28 @@ PassCollector::~PassCollector() {
   cudaStreamDestroy(stream_);
 }
 
-CollectedPasses PassCollector::collect() {
+CollectedPasses PassCollector::collect(std::int64_t first_pass) {
   std::lock_guard lock(mutex_);
   if (error_ != nullptr) std::rethrow_exception(error_);
   collect_locked();
-  return passes_;
+  const PassRecords& all = passes_.passes;
+  const auto total = std::int64_t(all.pass_ids.size());
+  const auto first = std::size_t(std::clamp<std::int64_t>(first_pass, 0, total));
+  const std::size_t pass_size = total == 0 ? 0 : all.physical_counts.size() / std::size_t(total);
+  CollectedPasses out;
+  out.epoch = passes_.epoch;
+  out.num_collected = total;
+  out.num_passes = passes_.num_passes;
+  out.dropped_passes = passes_.dropped_passes;
+  out.dropped_ids = passes_.dropped_ids;
+  out.passes.pass_ids.assign(all.pass_ids.begin() + std::ptrdiff_t(first), all.pass_ids.end());
+  out.passes.placement_versions.assign(all.placement_versions.begin() + std::ptrdiff_t(first),
+                                       all.placement_versions.end());
+  out.passes.pass_num_tokens.assign(all.pass_num_tokens.begin() + std::ptrdiff_t(first),
+                                    all.pass_num_tokens.end());
+  out.passes.physical_counts.assign(all.physical_counts.begin() + std::ptrdiff_t(first * pass_size),
+                                    all.physical_counts.end());
+  return out;
 }
 
 void PassCollector::run() {

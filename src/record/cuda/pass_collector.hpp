@@ -20,6 +20,7 @@ namespace moestat::record::cuda {
 struct CollectedPasses {
   std::uint64_t epoch = 0;  ///< The device epoch these passes belong to.
   PassRecords passes;
+  std::int64_t num_collected = 0;   ///< Passes collected (whether in `passes` or not).
   std::int64_t num_passes = 0;      ///< Passes the device ended since the reset.
   std::int64_t dropped_passes = 0;  ///< Passes whose slot was reused before collection.
   std::int64_t dropped_ids = 0;
@@ -39,9 +40,10 @@ class PassCollector {
   PassCollector(const PassCollector&) = delete;
   PassCollector& operator=(const PassCollector&) = delete;
 
-  /// Collects what the device has ended so far and returns a copy of everything collected.
-  /// Rethrows an error of the collector thread.
-  CollectedPasses collect();
+  /// Collects what the device has ended so far and returns a copy of the passes collected
+  /// from the `first_pass`-th on (none when fewer were), with every tally. Rethrows an error
+  /// of the collector thread.
+  CollectedPasses collect(std::int64_t first_pass);
 
  private:
   void run();

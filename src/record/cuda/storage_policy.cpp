@@ -15,6 +15,19 @@ StoragePolicy::StoragePolicy(const StorageSetup& setup, TokenStaging* staging)
       takes_engine_counts_(staging == nullptr && mode_ != RecordMode::kStatApprox),
       staging_(staging) {}
 
+void check_arrival(std::int64_t wanted, std::int64_t arrived) {
+  MOESTAT_CHECK(wanted >= 0 && wanted <= arrived,
+                "passes_since: arrival {} is outside the {} passes that reached the window", wanted,
+                arrived);
+}
+
+void StoragePolicy::read_since(PassesSince&, std::uint64_t, std::int64_t,
+                               const std::map<std::uint64_t, Placement>&) {
+  MOESTAT_FAIL(
+      "passes_since needs a recorder that keeps passes (stat, stat_approx or per_pass), not {}",
+      record_mode_name(mode_));
+}
+
 void StoragePolicy::allocate_ring(const StorageSetup& setup, DeviceAllocations& memory,
                                   std::int64_t num_slots) {
   DeviceBuffers& b = setup.buffers;

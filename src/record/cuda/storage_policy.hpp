@@ -18,6 +18,8 @@
 
 #include "device_allocations.hpp"
 #include "device_state.cuh"
+#include "device_window_reader.hpp"
+#include "logical_counts.hpp"
 #include "record_kernels.cuh"
 
 namespace moestat::record::cuda {
@@ -83,6 +85,12 @@ class StoragePolicy {
   /// `placements` holds every placement version a pass may refer to.
   virtual void read(Snapshot& out, std::uint64_t requested_epoch,
                     const std::map<std::uint64_t, Placement>& placements) = 0;
+  /// Recorder::passes_since: fills `out`'s recorded fields (its header and generation,
+  /// `requested_epoch`, are filled) with the passes from arrival `first_arrival` on, copying
+  /// only theirs. Policies without a pass window refuse.
+  virtual void read_since(PassesSince& out, std::uint64_t requested_epoch,
+                          std::int64_t first_arrival,
+                          const std::map<std::uint64_t, Placement>& placements);
   /// The placement map buffer (0 or 1) the placement word for `placement` names, after
   /// uploading the map where the device converts with it. `current_word` is the word
   /// control calls last wrote.
@@ -106,6 +114,23 @@ class StoragePolicy {
   const bool takes_engine_counts_;
   TokenStaging* const staging_;
 };
+
+/// Moves passes read from the ring into the rows of a Snapshot or PassesSince, with their
+/// logical counts resolved.
+template <typename Rows>
+void assign_pass_rows(Rows& out, PassRecords&& passes,
+                      const std::map<std::uint64_t, Placement>& placements) {
+  out.pass_ids = std::move(passes.pass_ids);
+  out.pass_num_tokens = std::move(passes.pass_num_tokens);
+  out.placement_versions = std::move(passes.placement_versions);
+  out.physical_counts.assign(passes.physical_counts.begin(), passes.physical_counts.end());
+  out.logical_counts =
+      detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements);
+}
+
+/// Throws unless arrival `wanted` is one a reader may ask for when `arrived` passes reached
+/// the window.
+void check_arrival(std::int64_t wanted, std::int64_t arrived);
 
 using StorageFactory = std::unique_ptr<StoragePolicy> (*)(const StorageSetup&);
 

@@ -1,7 +1,5 @@
 #include "window_storage.hpp"
 
-#include "logical_counts.hpp"
-
 namespace moestat::record::cuda {
 
 WindowStorage::WindowStorage(const StorageSetup& setup)
@@ -28,12 +26,27 @@ void WindowStorage::read(Snapshot& out, std::uint64_t requested_epoch,
   out.num_passes = read->state.cursor - read->state.base;
   out.dropped_ids = std::int64_t(read->state.dropped_ids);
   out.dropped_tokens = std::int64_t(read->state.dropped_tokens);
-  out.pass_ids = std::move(passes.pass_ids);
-  out.pass_num_tokens = std::move(passes.pass_num_tokens);
-  out.placement_versions = std::move(passes.placement_versions);
-  out.physical_counts.assign(passes.physical_counts.begin(), passes.physical_counts.end());
-  out.logical_counts =
-      detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements);
+  assign_pass_rows(out, std::move(passes), placements);
+}
+
+void WindowStorage::read_since(PassesSince& out, std::uint64_t requested_epoch,
+                               std::int64_t first_arrival,
+                               const std::map<std::uint64_t, Placement>& placements) {
+  PassRecords passes;
+  const std::optional<WindowRead> read =
+      reader_.read(control_stream_, passes, [&](const DeviceState& state) {
+        if (state.applied_epoch != requested_epoch) return std::optional<long long>();
+        // Every pass the device ended reached the ring: arrivals count from the reset's base.
+        check_arrival(first_arrival, state.cursor - state.base);
+        return std::optional<long long>(state.base + first_arrival);
+      });
+  // A start or reset that has not reached the device yet: no pass of it has arrived.
+  if (!read) return;
+  out.first_arrival = read->first_intact - read->state.base;
+  out.missed_passes = out.first_arrival - first_arrival;
+  out.num_passes = read->state.cursor - read->state.base;
+  out.dropped_ids = std::int64_t(read->state.dropped_ids);
+  assign_pass_rows(out, std::move(passes), placements);
 }
 
 }  // namespace moestat::record::cuda
