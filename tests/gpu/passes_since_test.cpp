@@ -76,8 +76,8 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
       cpu.end_pass();
       gpu.end_pass();
       MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));  // the ids' buffers go out of scope
-      // Reads after a few passes, after more than the window of 16 holds (stat: missed),
-      // after none, and after the restart.
+      // Reads after a few passes, after more than the window of 16 holds (stat: missed), after
+      // none, after one, and after the restart.
       if (pass == 3 || pass == 30 || pass == 31 || pass == 44) {
         SCOPED_TRACE(pass);
         const std::uint64_t generation = gpu_passes.generation;
@@ -85,9 +85,11 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
         expect_snapshot_rows(gpu.snapshot(), gpu_passes);
         if (pass == 30) {
           EXPECT_EQ(gpu_passes.missed_passes, mode == RecordMode::kStat ? 11 : 0);
+          read_both();  // again before another pass: nothing new
+          EXPECT_EQ(gpu_passes.size(), 0);
         }
         if (pass == 31) {
-          EXPECT_EQ(gpu_passes.size(), 0);
+          EXPECT_EQ(gpu_passes.size(), 1);
         }
         if (pass == 44) {
           EXPECT_NE(gpu_passes.generation, generation);
