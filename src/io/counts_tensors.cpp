@@ -101,7 +101,11 @@ NamedTensors counts_to_tensors(const StatisticsFile& file) {
 }
 
 StatisticsFile counts_from_tensors(const NamedTensors& tensors, const ReadOptions& options) {
-  const auto [name, tensor] = payload_tensor(kCountsMapping, tensors);
+  // Not a structured binding: clang before 16 does not let a lambda capture one.
+  const std::pair<std::string_view, const HostTensor*> payload =
+      payload_tensor(kCountsMapping, tensors);
+  const std::string_view name = payload.first;
+  const HostTensor* tensor = payload.second;
   const TensorForm& form = *std::find_if(kForms.begin(), kForms.end(),
                                          [&](const TensorForm& f) { return f.name == name; });
   CountWindow out = counts_from_tensor(*tensor, name, form, options.fractions);
