@@ -24,8 +24,9 @@ packages=(
   clang-format
   # torch interop test (Debian's CPU build; tests skip without it) and libFuzzer targets
   python3-torch clang libclang-rt-dev
-  # report: SVG figures rendered to PNG, and the headless-browser render test
-  librsvg2-dev libcairo2-dev chromium
+  # report: SVG figures rendered to PNG in DejaVu Sans (the PNG test's reference image), and
+  # the headless-browser render test
+  librsvg2-dev libcairo2-dev fonts-dejavu-core chromium
   # live metrics: the opt-in Prometheus endpoint, and the parser its scrape test reads with
   libcpp-httplib-dev python3-prometheus-client
   # the MPI reducer (moestat_dist_mpi) and its three-rank test
