@@ -67,4 +67,9 @@ std::string svg_of(const Heatmap& heatmap);
 /// Text safe in XML content and attribute values.
 std::string xml_escape(std::string_view text);
 
+/// Opens a figure's `<svg>`: its size, fonts, white background, and its title (a `<title>`
+/// and a bold line at (`title_x`, 20)), so every figure stands alone alike.
+void open_svg(std::string& out, std::string_view id, double width, double height,
+              std::string_view title, double title_x);
+
 }  // namespace moestat::report::detail

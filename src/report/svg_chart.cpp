@@ -32,17 +32,6 @@ struct Frame {
   }
 };
 
-void open_svg(std::string& out, const Chart& chart) {
-  fmt::format_to(std::back_inserter(out),
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"{0}\" "
-                 "width=\"{1:.0f}\" height=\"{2:.0f}\" viewBox=\"0 0 {1:.0f} {2:.0f}\" "
-                 "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n"
-                 "<title>{3}</title>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
-                 "<text class=\"chart-title\" x=\"{4:.0f}\" y=\"20\" font-size=\"14\" "
-                 "font-weight=\"bold\" fill=\"#222222\">{3}</text>\n",
-                 xml_escape(chart.id), kWidth, kHeight, xml_escape(chart.title), kLeft);
-}
-
 /// One row of swatches under the title: the series, then the reference line.
 void legend(std::string& out, const Chart& chart) {
   out += "<g class=\"legend\">\n";
@@ -230,6 +219,18 @@ std::string xml_escape(std::string_view text) {
   return out;
 }
 
+void open_svg(std::string& out, std::string_view id, double width, double height,
+              std::string_view title, double title_x) {
+  fmt::format_to(std::back_inserter(out),
+                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"{0}\" "
+                 "width=\"{1:.0f}\" height=\"{2:.0f}\" viewBox=\"0 0 {1:.0f} {2:.0f}\" "
+                 "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n"
+                 "<title>{3}</title>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
+                 "<text class=\"chart-title\" x=\"{4:.0f}\" y=\"20\" font-size=\"14\" "
+                 "font-weight=\"bold\" fill=\"#222222\">{3}</text>\n",
+                 xml_escape(id), width, height, xml_escape(title), title_x);
+}
+
 std::string svg_of(const Chart& chart) {
   MOESTAT_CHECK(!chart.series.empty() && !chart.series.front().values.empty(),
                 "chart {} has nothing to draw", chart.id);
@@ -246,7 +247,7 @@ std::string svg_of(const Chart& chart) {
       linear_ticks(chart.y_min.value_or(low), chart.y_max.value_or(high), 5);
   const Frame frame{n, y_ticks.front(), y_ticks.back()};
   std::string out;
-  open_svg(out, chart);
+  open_svg(out, chart.id, kWidth, kHeight, chart.title, kLeft);
   legend(out, chart);
   bands(out, chart, frame);
   axes(out, chart, frame, y_ticks);

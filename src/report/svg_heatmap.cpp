@@ -161,14 +161,7 @@ std::string svg_of(const Heatmap& heatmap) {
   const LogColourScale scale(heatmap.loads);
   std::string out;
   out.reserve(heatmap.loads.size() * 72 + 8192);
-  fmt::format_to(std::back_inserter(out),
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"{0}\" "
-                 "width=\"{1:.0f}\" height=\"{2:.0f}\" viewBox=\"0 0 {1:.0f} {2:.0f}\" "
-                 "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n"
-                 "<title>{3}</title>\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
-                 "<text class=\"chart-title\" x=\"{4:.0f}\" y=\"20\" font-size=\"14\" "
-                 "font-weight=\"bold\" fill=\"#222222\">{3}</text>\n",
-                 xml_escape(heatmap.id), at.width, at.height, xml_escape(heatmap.title), kLeft);
+  open_svg(out, heatmap.id, at.width, at.height, heatmap.title, kLeft);
   legend(out);
   cells(out, heatmap, at, scale);
   annotations(out, heatmap, at);
