@@ -125,6 +125,9 @@ nb::dict advice_dict(plan::RebalanceAdvice& advice) {
   result["candidates"] = candidates;
   result["num_planning_passes"] = advice.num_planning_passes;
   result["num_evaluation_passes"] = advice.num_evaluation_passes;
+  result["traffic_first_pass"] = advice.traffic_first_pass;
+  result["traffic_regimes"] = advice.traffic_regimes;
+  result["traffic_recurs"] = advice.traffic_recurs;
   return result;
 }
 
@@ -214,6 +217,7 @@ void bind_planning(nb::module_& module) {
          std::int64_t num_nodes, double bytes_per_expert, double link_bytes_per_second,
          double seconds_per_expert, std::vector<double> targets, std::int64_t num_bootstrap,
          double confidence, std::uint64_t seed, bool require_confident_gain,
+         double min_balancedness_gain, std::int64_t min_evaluation_passes, bool follow_regimes,
          std::int64_t max_scenarios) {
         const CountWindow window = window_of(counts);
         const plan::AdvisorOptions options{
@@ -227,6 +231,10 @@ void bind_planning(nb::module_& module) {
             .confidence = confidence,
             .seed = seed,
             .require_confident_gain = require_confident_gain,
+            .min_balancedness_gain = min_balancedness_gain,
+            .min_evaluation_passes = min_evaluation_passes,
+            .follow_regimes = follow_regimes,
+            .regimes = {},
             .max_scenarios = max_scenarios,
             .planner = {}};
         plan::RebalanceAdvice advice = [&] {
@@ -243,17 +251,25 @@ void bind_planning(nb::module_& module) {
       "targets"_a = plan::AdvisorOptions{}.targets,
       "num_bootstrap"_a = plan::AdvisorOptions{}.num_bootstrap,
       "confidence"_a = plan::AdvisorOptions{}.confidence, "seed"_a = 0,
-      "require_confident_gain"_a = false, "max_scenarios"_a = plan::AdvisorOptions{}.max_scenarios,
+      "require_confident_gain"_a = false,
+      "min_balancedness_gain"_a = plan::AdvisorOptions{}.min_balancedness_gain,
+      "min_evaluation_passes"_a = plan::AdvisorOptions{}.min_evaluation_passes,
+      "follow_regimes"_a = true, "max_scenarios"_a = plan::AdvisorOptions{}.max_scenarios,
       "Whether rebalancing the placement in force pays for the expert weights it moves, from "
       "recent counts [passes, layers, experts] (at least 2 passes with load). A pass's MoE "
       "time is seconds_per_balanced_pass / served balancedness; a plan's gain is that time "
       "saved over horizon_passes, its cost bytes_per_expert x (most slots one GPU refills) / "
       "link_bytes_per_second + seconds_per_expert x slots refilled. Candidates: one "
-      "movement-aware replan per target. Estimates are planned on the older half of the "
-      "passes and judged on the newer, with a seeded bootstrap interval over passes. Returns "
-      "a dict: rebalance, reason, balancedness_now {value, low, high}, best, placement (to "
-      "run), moves [M, 4] int64 (layer, slot, from expert, to expert), candidates (dicts), "
-      "num_planning_passes, num_evaluation_passes. See docs/placement.md.");
+      "movement-aware replan per target. The traffic planned for is the regime running now, "
+      "or every regime since the current one first ran when it returns (follow_regimes; "
+      "False: the whole window). Estimates are planned on the older half of its passes and "
+      "judged on the newer, with a seeded bootstrap interval over passes; fewer than "
+      "min_evaluation_passes to judge on, or a lift in balancedness below "
+      "min_balancedness_gain, keeps the placement. Returns a dict: rebalance, reason, "
+      "balancedness_now {value, low, high}, best, placement (to run), moves [M, 4] int64 "
+      "(layer, slot, from expert, to expert), candidates (dicts), num_planning_passes, "
+      "num_evaluation_passes, traffic_first_pass, traffic_regimes, traffic_recurs. See "
+      "docs/placement.md.");
 }
 
 }  // namespace moestat::python

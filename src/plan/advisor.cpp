@@ -6,7 +6,9 @@
 #include <moestat/error.hpp>
 #include <moestat/plan/advisor.hpp>
 #include <moestat/plan/loads.hpp>
+#include <moestat/plan/regimes.hpp>
 #include <moestat/plan/replan.hpp>
+#include <span>
 
 #include "served_balance.hpp"
 
@@ -46,6 +48,12 @@ void validate_options(const AdvisorOptions& options) {
                 options.num_bootstrap);
   MOESTAT_CHECK(options.confidence > 0.0 && options.confidence < 1.0,
                 "advisor: the interval's confidence must be in (0, 1), got {}", options.confidence);
+  MOESTAT_CHECK(options.min_balancedness_gain >= 0.0 && options.min_balancedness_gain < 1.0,
+                "advisor: the least balancedness gain to act on must be in [0, 1), got {}",
+                options.min_balancedness_gain);
+  MOESTAT_CHECK(options.min_evaluation_passes >= 1,
+                "advisor: the passes to judge on must be at least 1, got {}",
+                options.min_evaluation_passes);
   MOESTAT_CHECK(options.max_scenarios >= 1,
                 "advisor: scenarios per plan must be at least 1, got {}", options.max_scenarios);
 }
@@ -62,9 +70,72 @@ std::vector<std::int64_t> loaded_passes(const CountWindow& window) {
   return out;
 }
 
-Placement replan(const Placement& current, const CountWindow& window, const EplbConfig& config,
-                 double target, const AdvisorOptions& options) {
-  const std::vector<ExpertLoads> scenarios = window_scenarios(window, options.max_scenarios);
+/// `passes` of `window`, in the order given, as a window of their own.
+CountWindow selected(const CountWindow& window, std::span<const std::int64_t> passes) {
+  CountWindow out{.window_size = 0,
+                  .num_layers = window.num_layers,
+                  .num_experts = window.num_experts,
+                  .has_window_axis = true};
+  const auto append = [](auto& to, const auto& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  for (const std::int64_t pass : passes) {
+    const CountWindow one = window.passes(pass, pass + 1);
+    ++out.window_size;
+    append(out.counts, one.counts);
+    append(out.fractional_counts, one.fractional_counts);
+    append(out.pass_ids, one.pass_ids);
+    append(out.placement_versions, one.placement_versions);
+    append(out.pass_num_tokens, one.pass_num_tokens);
+  }
+  return out;
+}
+
+/// The traffic to plan for: loaded passes of the window, one group per regime, oldest first
+/// in each.
+struct Traffic {
+  std::vector<std::vector<std::int64_t>> regimes;
+  std::int64_t first_pass = 0;
+  bool recurs = false;
+};
+
+Traffic traffic_to_plan_for(const CountWindow& window, const std::vector<std::int64_t>& loaded,
+                            const AdvisorOptions& options) {
+  if (!options.follow_regimes) return {.regimes = {loaded}, .first_pass = 0, .recurs = false};
+  const Regimes found = find_regimes(window, options.regimes);
+  const std::size_t start = found.cycle_start();
+  Traffic out{
+      .regimes = {}, .first_pass = found.segments[start].first, .recurs = found.current_recurs()};
+  std::vector<std::int64_t> numbers;  // of out.regimes' regimes, in order of appearance
+  for (std::size_t k = start; k < found.segments.size(); ++k) {
+    const RegimeSegment& segment = found.segments[k];
+    const auto known = std::find(numbers.begin(), numbers.end(), segment.regime);
+    if (known == numbers.end()) {
+      numbers.push_back(segment.regime);
+      out.regimes.emplace_back();
+    }
+    std::vector<std::int64_t>& group = out.regimes[std::size_t(
+        std::find(numbers.begin(), numbers.end(), segment.regime) - numbers.begin())];
+    group.insert(group.end(), segment.passes.begin(), segment.passes.end());
+  }
+  return out;
+}
+
+/// The planner's scenarios for passes grouped by regime: one regime's passes merged as
+/// window_scenarios does; several regimes one scenario each, so that each weighs the same.
+std::vector<ExpertLoads> scenarios_of(const CountWindow& window,
+                                      const std::vector<std::vector<std::int64_t>>& regimes,
+                                      std::int64_t max_scenarios) {
+  if (regimes.size() == 1) return window_scenarios(selected(window, regimes[0]), max_scenarios);
+  std::vector<ExpertLoads> out;
+  for (const std::vector<std::int64_t>& passes : regimes) {
+    out.push_back(loads_of(selected(window, passes)));
+  }
+  return out;
+}
+
+Placement replan(const Placement& current, std::span<const ExpertLoads> scenarios,
+                 const EplbConfig& config, double target, const AdvisorOptions& options) {
   return replan_with_few_copies(current, scenarios, config,
                                 {.target_balancedness = target, .planner = options.planner})
       .placement;
@@ -115,6 +186,14 @@ std::string reason_for(const RebalanceAdvice& advice, const AdvisorOptions& opti
                                       best.net_gain_seconds.value, 100.0 * options.confidence,
                                       best.net_gain_seconds.low, best.net_gain_seconds.high);
   if (advice.rebalance) return fmt::format("rebalance: {}, {}", plan, net);
+  if (best.net_gain_seconds.value > 0.0 &&
+      best.balancedness_after.value - advice.balancedness_now.value <
+          options.min_balancedness_gain) {
+    return fmt::format(
+        "keep the placement: {}, {}; a lift below {:g} in balancedness is within what a plan "
+        "fitted to noise shows",
+        plan, net, options.min_balancedness_gain);
+  }
   if (best.net_gain_seconds.value > 0.0) {
     return fmt::format("keep the placement: {}, {}, which is not confidently positive", plan, net);
   }
@@ -143,32 +222,57 @@ RebalanceAdvice advise_rebalance(const Placement& current, const CountWindow& re
                 "the older passes and judged on the newer), got {}",
                 loaded.size());
 
-  // Older half to plan on (with any empty passes between), newer half to judge on.
-  const std::size_t split = loaded.size() / 2;
-  const CountWindow planning = recent.passes(0, loaded[split]);
-  const std::span<const std::int64_t> judged = std::span(loaded).subspan(split);
-  const detail::PassLoads now = detail::pass_loads(recent, judged, current, config.num_gpus);
-  std::vector<detail::PassLoads> after;
-  for (const double target : options.targets) {
-    after.push_back(detail::pass_loads(
-        recent, judged, replan(current, planning, config, target, options), config.num_gpus));
+  // Each regime's older half to plan on, the newer halves to judge on.
+  const Traffic traffic = traffic_to_plan_for(recent, loaded, options);
+  std::vector<std::vector<std::int64_t>> planning;
+  std::vector<std::int64_t> judged;
+  std::int64_t num_planning = 0;
+  for (const std::vector<std::int64_t>& passes : traffic.regimes) {
+    const auto split = std::ptrdiff_t(passes.size() / 2);
+    if (split > 0) planning.emplace_back(passes.begin(), passes.begin() + split);
+    judged.insert(judged.end(), passes.begin() + split, passes.end());
+    num_planning += split;
   }
-  const detail::PairedEstimates estimates = detail::paired_bootstrap(
-      now, after, double(options.horizon_passes) * options.seconds_per_balanced_pass,
-      options.num_bootstrap, options.confidence, options.seed);
-
+  std::sort(judged.begin(), judged.end());
   RebalanceAdvice advice{.rebalance = false,
                          .reason = {},
-                         .balancedness_now = estimates.now,
+                         .balancedness_now = {},
                          .candidates = {},
                          .best = -1,
                          .placement = current,
                          .moves = {},
-                         .num_planning_passes = std::int64_t(split),
-                         .num_evaluation_passes = std::int64_t(judged.size())};
+                         .num_planning_passes = num_planning,
+                         .num_evaluation_passes = std::int64_t(judged.size()),
+                         .traffic_first_pass = traffic.first_pass,
+                         .traffic_regimes = std::int64_t(traffic.regimes.size()),
+                         .traffic_recurs = traffic.recurs};
+  if (planning.empty() || std::int64_t(judged.size()) < options.min_evaluation_passes) {
+    advice.reason = fmt::format(
+        "keep the placement for now: the traffic to plan for (from pass {}) leaves {} passes "
+        "with load to judge a plan on, and {} are needed",
+        traffic.first_pass, planning.empty() ? 0 : judged.size(), options.min_evaluation_passes);
+    return advice;
+  }
+
+  const detail::PassLoads now = detail::pass_loads(recent, judged, current, config.num_gpus);
+  const std::vector<ExpertLoads> planning_scenarios =
+      scenarios_of(recent, planning, options.max_scenarios);
+  std::vector<detail::PassLoads> after;
+  for (const double target : options.targets) {
+    after.push_back(detail::pass_loads(recent, judged,
+                                       replan(current, planning_scenarios, config, target, options),
+                                       config.num_gpus));
+  }
+  const detail::PairedEstimates estimates = detail::paired_bootstrap(
+      now, after, double(options.horizon_passes) * options.seconds_per_balanced_pass,
+      options.num_bootstrap, options.confidence, options.seed);
+  advice.balancedness_now = estimates.now;
+
+  const std::vector<ExpertLoads> all_scenarios =
+      scenarios_of(recent, traffic.regimes, options.max_scenarios);
   std::vector<std::vector<SlotMove>> moves;
   for (std::size_t k = 0; k < options.targets.size(); ++k) {
-    Placement placement = replan(current, recent, config, options.targets[k], options);
+    Placement placement = replan(current, all_scenarios, config, options.targets[k], options);
     moves.push_back(moves_between(current, placement));
     const std::int64_t max_per_gpu = max_moved_per_gpu(moves.back(), config);
     const double cost =
@@ -192,7 +296,9 @@ RebalanceAdvice advise_rebalance(const Placement& current, const CountWindow& re
     const RebalanceCandidate& best = advice.candidates[std::size_t(advice.best)];
     const double decisive =
         options.require_confident_gain ? best.net_gain_seconds.low : best.net_gain_seconds.value;
-    advice.rebalance = best.moved_experts > 0 && decisive > 0.0;
+    advice.rebalance = best.moved_experts > 0 && decisive > 0.0 &&
+                       best.balancedness_after.value - advice.balancedness_now.value >=
+                           options.min_balancedness_gain;
     if (advice.rebalance) {
       advice.placement = best.placement;
       advice.moves = std::move(moves[std::size_t(advice.best)]);

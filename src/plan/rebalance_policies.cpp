@@ -79,9 +79,8 @@ class AdvisorPolicy final : public RebalancePolicy {
   std::int64_t check_every() const override { return cadence_.every; }
   std::int64_t window_passes() const override { return cadence_.window; }
   std::optional<Placement> decide(const RebalanceView& view) override {
-    // The advisor plans on the older half of the window and judges on the newer, with a
-    // bootstrap over the newer rows: a window that is not full yet leaves too few of them.
-    if (view.window.window_size * view.block_passes < cadence_.window) return std::nullopt;
+    // The advisor plans on older rows and judges on newer ones: it needs two rows.
+    if (view.window.window_size < 2) return std::nullopt;
     RebalanceAdvice advice = advise_rebalance(view.placement, view.window, view.config, options_);
     if (!advice.rebalance) return std::nullopt;
     return std::move(advice.placement);

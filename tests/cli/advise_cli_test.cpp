@@ -97,6 +97,39 @@ TEST(CliAdvise, KeepsThePlacementInForceWhenMovesCostTooMuch) {
   EXPECT_TRUE(files.written().same_maps(Placement::trivial(kLayers, kSlots, kExperts)));
 }
 
+TEST(CliAdvise, PassesTheRegimeOptionsToTheLibrary) {
+  // Even traffic for 4 passes, then the skew: the library's advice with each option.
+  CountWindow window = skewed_window(10);
+  std::fill(window.counts.begin(), window.counts.begin() + 4 * kLayers * kExperts, 100);
+  const Files files(window);
+  const auto printed = [&](const std::string& extra) {
+    const CliRun run = run_cli(files.args("--json " + extra));
+    EXPECT_EQ(run.code, 0) << run.err;
+    return Json::parse(run.out);
+  };
+  plan::AdvisorOptions options = options_with_stall(0.0);
+  const auto expected = [&] {
+    return plan::advise_rebalance(Placement::trivial(kLayers, kSlots, kExperts), window, kConfig,
+                                  options);
+  };
+  Json json = printed("");
+  EXPECT_EQ(json["traffic_first_pass"], 4);
+  EXPECT_EQ(json["reason"], expected().reason);
+  options.follow_regimes = false;
+  json = printed("--whole-window");
+  EXPECT_EQ(json["traffic_first_pass"], 0);
+  EXPECT_EQ(json["num_planning_passes"], 5);
+  EXPECT_EQ(json["reason"], expected().reason);
+  options.follow_regimes = true;
+  options.min_evaluation_passes = 4;
+  options.min_balancedness_gain = 0.2;
+  json = printed("--min-judged-passes 4 --min-gain 0.2");
+  EXPECT_EQ(json["reason"], expected().reason);
+  EXPECT_EQ(json["rebalance"], false);
+  const CliRun text = run_cli(files.args(""));
+  EXPECT_TRUE(contains(text.out, "traffic:      the traffic changed at pass 4")) << text.out;
+}
+
 TEST(CliAdvise, NamesBadInput) {
   const Files one_pass(skewed_window(1));
   CliRun run = run_cli(one_pass.args(""));

@@ -1,7 +1,8 @@
 // The rebalance advisor on hand-made windows whose answer is known: balanced traffic keeps
 // its placement, a skew that cheap moves fix is rebalanced, the same skew with costly moves
-// is not, traffic that has already moved on is not chased; the advice is a function of the
-// seed; bad inputs are named.
+// is not, traffic that has already moved on is not chased, a new regime is planned for
+// alone and traffic that returns for all of its regimes, a regime too new to judge waits,
+// a lift below the floor is left; the advice is a function of the seed; bad inputs are named.
 #include <gtest/gtest.h>
 
 #include <moestat/plan/advisor.hpp>
@@ -17,16 +18,15 @@ constexpr std::int64_t kLayers = 2, kExperts = 8, kPasses = 10;
 /// 16 slots on 4 GPUs: the trivial placement puts experts 0-3 on GPUs 0 and 2, 4-7 on 1 and 3.
 const plan::EplbConfig kConfig{.num_replicas = 16, .num_groups = 1, .num_nodes = 1, .num_gpus = 4};
 
-/// kPasses passes of kLayers x kExperts counts: `hot` experts get 1000 tokens, the others 10;
+/// One pass per entry of `hot_per_pass`: its `hot` experts get 1000 tokens, the others 10;
 /// every count varies by up to +-5% from pass to pass (a fixed pattern), so resamples differ.
-CountWindow window_with_hot(const std::set<std::int32_t>& hot_first_half,
-                            const std::set<std::int32_t>& hot_second_half) {
-  CountWindow window{.window_size = kPasses,
+CountWindow window_of(const std::vector<std::set<std::int32_t>>& hot_per_pass) {
+  CountWindow window{.window_size = std::int64_t(hot_per_pass.size()),
                      .num_layers = kLayers,
                      .num_experts = kExperts,
                      .has_window_axis = true};
-  for (std::int64_t w = 0; w < kPasses; ++w) {
-    const auto& hot = w < kPasses / 2 ? hot_first_half : hot_second_half;
+  for (std::int64_t w = 0; w < window.window_size; ++w) {
+    const std::set<std::int32_t>& hot = hot_per_pass[std::size_t(w)];
     for (std::int64_t l = 0; l < kLayers; ++l) {
       for (std::int32_t e = 0; e < kExperts; ++e) {
         const std::int64_t base = hot.contains(e) ? 1000 : 10;
@@ -36,6 +36,14 @@ CountWindow window_with_hot(const std::set<std::int32_t>& hot_first_half,
     }
   }
   return window;
+}
+
+/// kPasses passes: the first half hot on `hot_first_half`, the second on `hot_second_half`.
+CountWindow window_with_hot(const std::set<std::int32_t>& hot_first_half,
+                            const std::set<std::int32_t>& hot_second_half) {
+  std::vector<std::set<std::int32_t>> hot(kPasses / 2, hot_first_half);
+  hot.resize(kPasses, hot_second_half);
+  return window_of(hot);
 }
 
 CountWindow uniform_window() {
@@ -140,8 +148,11 @@ TEST(Advisor, DoesNotChaseASkewThatHasPassed) {
   ASSERT_GT(plan::evaluate_placement(whole, in_sample, kConfig.num_gpus).balancedness,
             plan::evaluate_placement(whole, trivial(), kConfig.num_gpus).balancedness + 0.1);
 
+  // The window as one regime, to test the split in time.
+  plan::AdvisorOptions one_regime = cheap_moves();
+  one_regime.follow_regimes = false;
   const plan::RebalanceAdvice advice =
-      plan::advise_rebalance(trivial(), window, kConfig, cheap_moves());
+      plan::advise_rebalance(trivial(), window, kConfig, one_regime);
   EXPECT_FALSE(advice.rebalance) << advice.reason;
   EXPECT_EQ(advice.num_planning_passes, kPasses / 2);
   EXPECT_EQ(advice.num_evaluation_passes, kPasses / 2);
@@ -151,6 +162,77 @@ TEST(Advisor, DoesNotChaseASkewThatHasPassed) {
       EXPECT_LT(c.gain_seconds.value, 0.0) << c.target_balancedness;
     }
   }
+}
+
+TEST(Advisor, PlansForTheRegimeRunningNow) {
+  // Even traffic, then skewed from pass 6: the advice is for the skew alone, planned on its
+  // older passes (6-8) and judged on its newer ones (9-11).
+  std::vector<std::set<std::int32_t>> hot(6, {0, 1, 2, 3, 4, 5, 6, 7});
+  hot.resize(12, {0, 1});
+  const plan::RebalanceAdvice advice =
+      plan::advise_rebalance(trivial(), window_of(hot), kConfig, cheap_moves());
+  EXPECT_EQ(advice.traffic_first_pass, 6);
+  EXPECT_EQ(advice.traffic_regimes, 1);
+  EXPECT_FALSE(advice.traffic_recurs);
+  EXPECT_EQ(advice.num_planning_passes, 3);
+  EXPECT_EQ(advice.num_evaluation_passes, 3);
+  ASSERT_TRUE(advice.rebalance) << advice.reason;
+  EXPECT_LT(advice.balancedness_now.value, 0.6) << "judged on the skew, not the window";
+}
+
+TEST(Advisor, PlansForEveryRegimeOfTrafficThatReturns) {
+  // Skew a (experts 0, 1), skew b (2, 3), then a again: all four share GPUs 0 and 2 of the
+  // trivial placement; a placement for a alone leaves b piled, and the advice is for both.
+  std::vector<std::set<std::int32_t>> hot(6, {0, 1});
+  hot.resize(12, {2, 3});
+  hot.resize(18, {0, 1});
+  const plan::RebalanceAdvice advice =
+      plan::advise_rebalance(trivial(), window_of(hot), kConfig, cheap_moves());
+  EXPECT_TRUE(advice.traffic_recurs);
+  EXPECT_EQ(advice.traffic_regimes, 2);
+  EXPECT_EQ(advice.traffic_first_pass, 0);
+  ASSERT_TRUE(advice.rebalance) << advice.reason;
+  const plan::ExpertLoads a = plan::loads_of(window_of({{0, 1}})),
+                          b = plan::loads_of(window_of({{2, 3}}));
+  const Placement for_a = plan::plan_moestat({&a, 1}, kConfig);
+  const auto served = [&](const Placement& p, const plan::ExpertLoads& loads) {
+    return plan::evaluate_placement(loads, p, kConfig.num_gpus).balancedness;
+  };
+  EXPECT_GT(served(advice.placement, a), served(trivial(), a) + 0.2);
+  EXPECT_GT(served(advice.placement, b), served(trivial(), b) + 0.2);
+  EXPECT_GT(std::min(served(advice.placement, a), served(advice.placement, b)),
+            std::min(served(for_a, a), served(for_a, b)) + 0.1);
+}
+
+TEST(Advisor, WaitsForEnoughPassesOfANewRegime) {
+  std::vector<std::set<std::int32_t>> hot(8, {0, 1, 2, 3, 4, 5, 6, 7});
+  hot.resize(11, {0, 1});  // three passes of a skew: one to plan on, two to judge on
+  const plan::RebalanceAdvice advice =
+      plan::advise_rebalance(trivial(), window_of(hot), kConfig, cheap_moves());
+  EXPECT_FALSE(advice.rebalance);
+  EXPECT_TRUE(advice.candidates.empty());
+  EXPECT_EQ(advice.best, -1);
+  EXPECT_EQ(advice.traffic_first_pass, 8);
+  EXPECT_EQ(advice.reason.rfind("keep the placement for now: the traffic to plan for (from pass "
+                                "8) leaves 2 passes with load to judge a plan on, and 3 are needed",
+                                0),
+            0u)
+      << advice.reason;
+  plan::AdvisorOptions fewer = cheap_moves();
+  fewer.min_evaluation_passes = 2;
+  EXPECT_TRUE(plan::advise_rebalance(trivial(), window_of(hot), kConfig, fewer).rebalance);
+}
+
+TEST(Advisor, DoesNotActOnALiftBelowTheFloor) {
+  plan::AdvisorOptions options = cheap_moves();
+  options.min_balancedness_gain = 0.9;
+  const plan::RebalanceAdvice advice =
+      plan::advise_rebalance(trivial(), skewed_window(), kConfig, options);
+  EXPECT_FALSE(advice.rebalance);
+  const plan::RebalanceCandidate& best = advice.candidates[std::size_t(advice.best)];
+  EXPECT_GT(best.net_gain_seconds.low, 0.0) << "it would pay, by the estimate";
+  EXPECT_NE(advice.reason.find("a lift below 0.9 in balancedness"), std::string::npos)
+      << advice.reason;
 }
 
 TEST(Advisor, RequiringAConfidentGainNeedsTheWholeIntervalPositive) {
@@ -242,6 +324,15 @@ TEST(Advisor, NamesBadInput) {
   EXPECT_MOESTAT_ERROR(
       plan::advise_rebalance(current, window, kConfig, with([](auto& o) { o.confidence = 1.0; })),
       "confidence must be in (0, 1)");
+  EXPECT_MOESTAT_ERROR(plan::advise_rebalance(current, window, kConfig,
+                                              with([](auto& o) { o.min_balancedness_gain = 1.0; })),
+                       "least balancedness gain to act on must be in [0, 1)");
+  EXPECT_MOESTAT_ERROR(plan::advise_rebalance(current, window, kConfig,
+                                              with([](auto& o) { o.min_evaluation_passes = 0; })),
+                       "passes to judge on must be at least 1");
+  EXPECT_MOESTAT_ERROR(plan::advise_rebalance(current, window, kConfig,
+                                              with([](auto& o) { o.regimes.min_distance = -1.0; })),
+                       "minimum distance");
   EXPECT_MOESTAT_ERROR(plan::advise_rebalance(current, window.passes(0, 1), kConfig, cheap_moves()),
                        "at least 2 passes with load");
   EXPECT_MOESTAT_ERROR(

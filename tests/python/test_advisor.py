@@ -56,3 +56,19 @@ def test_bad_input_raises_an_error_naming_it():
         advise(skewed_counts()[0])
     with pytest.raises(moestat.Error, match="target balancedness must be in"):
         advise(skewed_counts(), targets=[0.9, 2.0])
+
+
+def test_plans_for_the_regime_running_now_unless_told_to_take_the_window():
+    counts = skewed_counts()
+    counts[:6] = 100  # even traffic, then the skew from pass 6
+    regime = advise(counts, seconds_per_expert=0.001)
+    assert regime["traffic_first_pass"] == 6
+    assert regime["traffic_regimes"] == 1 and not regime["traffic_recurs"]
+    assert regime["num_planning_passes"] + regime["num_evaluation_passes"] == 4
+    whole = advise(counts, seconds_per_expert=0.001, follow_regimes=False)
+    assert whole["traffic_first_pass"] == 0
+    assert whole["num_planning_passes"] + whole["num_evaluation_passes"] == PASSES
+    wait = advise(counts, seconds_per_expert=0.001, min_evaluation_passes=3)
+    assert not wait["rebalance"] and wait["reason"].startswith("keep the placement for now")
+    with pytest.raises(moestat.Error, match="least balancedness gain"):
+        advise(counts, min_balancedness_gain=1.0)

@@ -86,15 +86,29 @@ class AdviseCommand final : public Command {
                     "The window's passes are merged into at most this many scenarios to plan on")
         ->check(CLI::Range(1, 1000000))
         ->capture_default_str();
+    sub->add_option("--min-gain", options_.min_balancedness_gain,
+                    "Rebalance only when the best plan lifts served balancedness by at least this")
+        ->check(CLI::Range(0.0, 0.999999))
+        ->capture_default_str();
+    sub->add_option("--min-judged-passes", options_.min_evaluation_passes,
+                    "Wait until the traffic to plan for leaves at least this many passes to judge "
+                    "a plan on")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
+    sub->add_flag("!--whole-window", options_.follow_regimes,
+                  "Plan for the whole window as one traffic, not for its regimes");
     sub->add_option("--out", out_,
                     "Write the placement to run by extension (.json, .pt, .safetensors): the "
                     "best plan when the advice is to rebalance, else the placement in force");
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
     sub->footer(
-        "Each candidate is planned on the older half of the window's passes and judged on the\n"
-        "newer half (a bootstrap over those passes gives the intervals), so a plan is not\n"
-        "credited for fitting the passes it was made on; the plans shown and written are then\n"
-        "made on the whole window. Served balancedness is the sum over passes and layers of\n"
+        "The window is cut into regimes (stretches whose expert mix stays within the passes'\n"
+        "own noise): the advice is for the regime running now, or, when it ran before in the\n"
+        "window, for every regime since its first run. Each candidate is planned on the older\n"
+        "half of those passes and judged on the newer half (a bootstrap over those passes\n"
+        "gives the intervals), so a plan is not credited for fitting the passes it was made\n"
+        "on; the plans shown and written are then made on all of them. Served balancedness is\n"
+        "the sum over passes and layers of\n"
         "the mean GPU load over the sum of the max GPU load. The gain is the MoE time saved\n"
         "over --horizon passes; the net gain subtracts the stall of the moves. See\n"
         "docs/placement.md, \"Rebalance advisor\".\n\n"
@@ -128,9 +142,21 @@ class AdviseCommand final : public Command {
   }
 
  private:
+  static std::string traffic_text(const plan::RebalanceAdvice& advice) {
+    if (advice.traffic_recurs) {
+      return fmt::format(
+          "the traffic running now also ran from pass {}: planned for the {} regimes since",
+          advice.traffic_first_pass, advice.traffic_regimes);
+    }
+    if (advice.traffic_first_pass == 0) return "one regime throughout the window";
+    return fmt::format("the traffic changed at pass {}: planned for the passes since",
+                       advice.traffic_first_pass);
+  }
+
   void print_text(const plan::RebalanceAdvice& advice, const CountWindow& window) const {
     fmt::print("decision:     {}\n", advice.rebalance ? "rebalance" : "keep the placement");
     fmt::print("why:          {}\n", advice.reason);
+    fmt::print("traffic:      {}\n", traffic_text(advice));
     fmt::print(
         "window:       {} ({} passes): planned on {} older passes with load, judged on "
         "{} newer\n",
@@ -177,7 +203,10 @@ class AdviseCommand final : public Command {
                                      {"candidates", candidates},
                                      {"moves", moves},
                                      {"num_planning_passes", advice.num_planning_passes},
-                                     {"num_evaluation_passes", advice.num_evaluation_passes}};
+                                     {"num_evaluation_passes", advice.num_evaluation_passes},
+                                     {"traffic_first_pass", advice.traffic_first_pass},
+                                     {"traffic_regimes", advice.traffic_regimes},
+                                     {"traffic_recurs", advice.traffic_recurs}};
     fmt::print("{}\n", out.dump());
   }
 

@@ -24,6 +24,7 @@
 #include <moestat/counts.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/plan/eplb.hpp>
+#include <moestat/plan/regimes.hpp>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,18 @@ struct AdvisorOptions {
   /// Rebalance only when the lower end of the net gain's interval is positive, rather than
   /// its point estimate.
   bool require_confident_gain = false;
+  /// Rebalance only when the best candidate lifts the predicted served balancedness by at
+  /// least this much: plans fitted to a window's noise show gains of a few tenths of a point
+  /// out of sample by chance, below what the estimate can resolve. In [0, 1).
+  double min_balancedness_gain = 0.005;
+  /// Judge only on at least this many passes (with load) of the traffic planned for; with
+  /// fewer, a bootstrap has no spread to go on, and the advice is to wait. At least 1.
+  std::int64_t min_evaluation_passes = 3;
+  /// Plan for the traffic's regimes (find_regimes) rather than the whole window: the regime
+  /// running now, or, when it ran before in the window (traffic that returns), every regime
+  /// of the cycle since its first run. False: the window is one regime.
+  bool follow_regimes = true;
+  RegimeOptions regimes;
   /// The window's passes are merged into at most this many scenarios for the planner
   /// (window_scenarios); 1 plans on the window's sum.
   std::int64_t max_scenarios = 4;
@@ -101,7 +114,8 @@ struct RebalanceCandidate {
 
 struct RebalanceAdvice {
   /// Rebalance now: the best candidate's net gain (or its interval's lower end, under
-  /// require_confident_gain) is positive.
+  /// require_confident_gain) is positive and it lifts served balancedness by at least
+  /// AdvisorOptions::min_balancedness_gain.
   bool rebalance = false;
   /// The decision in one sentence, with the numbers behind it.
   std::string reason;
@@ -118,9 +132,14 @@ struct RebalanceAdvice {
   /// rebalancing), by layer then slot.
   std::vector<SlotMove> moves;
   /// Passes the plans for the estimates were made on, and passes they were judged on
-  /// (the most recent), out of the window's passes with load.
+  /// (the most recent of each regime planned for), out of the window's passes with load.
   std::int64_t num_planning_passes = 0;
   std::int64_t num_evaluation_passes = 0;
+  /// The traffic planned for: window passes from `traffic_first_pass` on, made of
+  /// `traffic_regimes` regimes (1 unless the current regime returned), and whether it did.
+  std::int64_t traffic_first_pass = 0;
+  std::int64_t traffic_regimes = 1;
+  bool traffic_recurs = false;
 };
 
 /// Advises whether to rebalance now.
@@ -128,11 +147,16 @@ struct RebalanceAdvice {
 /// `current`: the placement in force, [L, P] for E logical experts. `recent`: the latest W
 /// passes of counts [W, L, E] (whole or fractional); it needs at least 2 passes with load,
 /// since the estimate plans on the older part and judges on the newer. `config`: the
-/// deployment (P = config.num_replicas = current's slots). The estimates avoid in-sample
-/// optimism: each candidate's recipe is planned on the older half of the loaded passes and
-/// judged, with the placement in force, on the newer half; the bootstrap resamples those
-/// newer passes (paired: one resample scores every placement). The plans returned are then
-/// made on the whole window. Deterministic for given inputs and options.seed.
+/// deployment (P = config.num_replicas = current's slots). The traffic to plan for is the
+/// current regime's passes, or those of every regime of the cycle when the current one
+/// returned (AdvisorOptions::follow_regimes); the whole window without it. The estimates
+/// avoid in-sample optimism: each candidate's recipe is planned on the older half of each
+/// regime's loaded passes and judged, with the placement in force, on the newer halves; the
+/// bootstrap resamples those newer passes (paired: one resample scores every placement).
+/// The plans returned are then made on all of the traffic's passes. When the traffic planned
+/// for has too few passes to judge on (min_evaluation_passes; a regime that has just begun),
+/// the advice is to keep the placement and wait, without candidates. Deterministic for
+/// given inputs and options.seed.
 /// moestat::Error naming the problem on mismatched shapes, an invalid config or options.
 RebalanceAdvice advise_rebalance(const Placement& current, const CountWindow& recent,
                                  const EplbConfig& config, const AdvisorOptions& options);

@@ -39,8 +39,10 @@ struct ReplayOptions {
   ReplayCost cost{};
   std::uint64_t seed = 1;
   /// Passes summed into one row of the windows policies see and one point of a timeline;
-  /// every policy's check interval and window must be multiples of it.
-  std::int64_t block_passes = 50;
+  /// every policy's check interval and window must be multiples of it. Rules that look at a
+  /// window's sum or mean balancedness see the same with any block; the advisor judges on
+  /// rows, so finer blocks let it judge sooner after a change.
+  std::int64_t block_passes = 10;
 };
 
 struct RebalanceEvent {
