@@ -76,6 +76,11 @@ class SimulateCommand final : public Command {
     sub->add_option("--scenario", only_,
                     "Replay only this scenario (steady, shift, alternate, tour, noisy-shift); "
                     "repeat for several");
+    sub->add_option("--policy", roles_,
+                    "Replay only this family of policies (never, sglang-default, vllm-default, "
+                    "interval, threshold, advisor); repeat for several. Every pass is drawn as in "
+                    "a full run, so the rows replayed are the same as there")
+        ->check(CLI::IsMember(kPolicyRoles));
     sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
@@ -162,7 +167,7 @@ class SimulateCommand final : public Command {
           std::find(only_.begin(), only_.end(), scenario.traffic.name) == only_.end()) {
         continue;
       }
-      const PolicyRoster roster = simulation_policies(seed_, cost_);
+      const PolicyRoster roster = simulation_policies(seed_, cost_).only(roles_);
       const std::vector<plan::PolicyReplay> results =
           plan::replay(scenario.traffic, plan::initial_placement(scenario, config_),
                        roster.policies, replay_options);
@@ -220,7 +225,7 @@ class SimulateCommand final : public Command {
   }
 
   std::string data_, json_;
-  std::vector<std::string> only_;
+  std::vector<std::string> only_, roles_;
   std::uint64_t seed_ = 1;
   plan::ScenarioOptions options_{};
   plan::EplbConfig config_{.num_replicas = 288, .num_groups = 8, .num_nodes = 4, .num_gpus = 32};

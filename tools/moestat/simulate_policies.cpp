@@ -45,8 +45,19 @@ PolicyRoster simulation_policies(std::uint64_t seed, const plan::ReplayCost& cos
   advisor.num_bootstrap = 200;
   advisor.seed = seed;
   advisor.require_confident_gain = true;  // blocks of passes are few: act on the interval
-  add("advisor", plan::advisor_policy({.every = 250, .window = 500}, advisor));
+  add("advisor", plan::advisor_policy({.every = 100, .window = 2000}, advisor));
   return roster;
+}
+
+PolicyRoster PolicyRoster::only(const std::vector<std::string>& wanted) && {
+  if (wanted.empty()) return std::move(*this);
+  PolicyRoster out;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    if (std::find(wanted.begin(), wanted.end(), roles[i]) == wanted.end()) continue;
+    out.roles.push_back(std::move(roles[i]));
+    out.policies.push_back(std::move(policies[i]));
+  }
+  return out;
 }
 
 std::vector<std::pair<std::size_t, std::string>> PolicyRoster::shown(

@@ -11,6 +11,10 @@
 
 namespace moestat::cli {
 
+/// The roles of the policies, as PolicyRoster::roles names them.
+inline const std::vector<std::string> kPolicyRoles = {"never",    "sglang-default", "vllm-default",
+                                                      "interval", "threshold",      "advisor"};
+
 struct PolicyRoster {
   std::vector<std::unique_ptr<plan::RebalancePolicy>> policies;
   /// [policies] "never", "sglang-default", "vllm-default", "interval" (the tuned grid),
@@ -21,6 +25,8 @@ struct PolicyRoster {
   /// policy of each family with the fewest lost seconds, the advisor.
   std::vector<std::pair<std::size_t, std::string>> shown(
       const std::vector<plan::PolicyReplay>& results) const;
+  /// The policies of the given roles (all of them when `roles` is empty).
+  PolicyRoster only(const std::vector<std::string>& roles) &&;
 };
 
 /// A fresh set of policies (they keep state across a replay): never; SGLang's default (every
