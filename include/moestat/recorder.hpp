@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <moestat/gpu_loads.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
@@ -135,6 +136,21 @@ class Recorder {
   ///   }
   /// @endcode
   virtual PassesSince passes_since(std::uint64_t generation, std::int64_t first_arrival) const = 0;
+  /// The passes passes_since(generation, first_arrival) reads, each reduced to its GPU loads
+  /// [L, num_gpus] and balancedness, with their logical counts summed into [L, E]: what live
+  /// metrics need, at the cost of those (the CUDA recorder reduces its window ring on the
+  /// device and copies only the result). moestat::Error unless num_gpus >= 1 divides P, and as
+  /// passes_since.
+  ///
+  /// @code
+  ///   moestat::GpuLoadsSince loads;
+  ///   for (;;) {
+  ///     loads = recorder.gpu_loads_since(loads.generation, loads.next_arrival(), 8);
+  ///     use(loads.balancedness);  // loads.size() passes
+  ///   }
+  /// @endcode
+  GpuLoadsSince gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                std::int64_t num_gpus) const;
   /// Makes `placement` current for passes that end from now on. Its shape must match the
   /// topology and its version must be higher than the current one's.
   virtual void set_placement(const Placement& placement) = 0;
@@ -162,6 +178,10 @@ class Recorder {
                                       std::int64_t first_physical_expert) = 0;
   virtual void do_end_pass() = 0;
   virtual void do_abort_pass() = 0;
+  /// gpu_loads_since with its arguments checked; by default the rows of passes_since reduced
+  /// on the host (gpu_loads_of).
+  virtual GpuLoadsSince do_gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                           std::int64_t num_gpus) const;
 
   /// Throws unless `placement` fits the topology; shared by every backend.
   void validate_placement(const Placement& placement) const;

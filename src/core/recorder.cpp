@@ -220,6 +220,27 @@ LayerScope Recorder::layer_scope(std::int64_t layer) { return LayerScope(*this, 
 
 DisabledRegion Recorder::disabled_region() { return DisabledRegion(*this); }
 
+GpuLoadsSince Recorder::gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                        std::int64_t num_gpus) const {
+  const RecordMode mode = options_.mode;
+  MOESTAT_CHECK(
+      mode == RecordMode::kStat || mode == RecordMode::kStatApprox || mode == RecordMode::kPerPass,
+      "gpu_loads_since needs a recorder that keeps passes (stat, stat_approx or "
+      "per_pass), not {}",
+      record_mode_name(mode));
+  try {
+    slots_per_gpu(topology_.num_physical_experts, num_gpus);
+  } catch (const Error& error) {
+    throw error.with_context("gpu_loads_since");
+  }
+  return do_gpu_loads_since(generation, first_arrival, num_gpus);
+}
+
+GpuLoadsSince Recorder::do_gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                           std::int64_t num_gpus) const {
+  return gpu_loads_of(passes_since(generation, first_arrival), num_gpus);
+}
+
 void Recorder::validate_placement(const Placement& placement) const {
   MOESTAT_CHECK(placement.num_layers() == topology_.num_layers &&
                     placement.num_physical_experts() == topology_.num_physical_experts &&

@@ -1,17 +1,17 @@
-// LiveMetrics: the passes recorded since the previous update, read and folded one by one.
+// LiveMetrics: the passes recorded since the previous update, read as GPU loads and folded one
+// by one.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
 #include <moestat/error.hpp>
+#include <moestat/gpu_loads.hpp>
 #include <moestat/online/live_metrics.hpp>
 #include <utility>
 
 namespace moestat::online {
 namespace {
 
-// SGLang's guard against empty layers: an empty layer scores (0 + eps) / (0 + eps) = 1.
-constexpr double kBalancednessEpsilon = 1e-5;
 constexpr std::int64_t kHistoryLength = kBalancednessWindows[std::size(kBalancednessWindows) - 1];
 
 bool keeps_pass_window(RecordMode mode) {
@@ -61,23 +61,6 @@ std::vector<std::string> MetricValues::uncovered_layers() const {
   return names;
 }
 
-double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus) {
-  MOESTAT_CHECK(num_gpus > 0 && gpu_loads.size() % std::size_t(num_gpus) == 0,
-                "pass balancedness: {} GPU loads do not fill rows of {} GPUs", gpu_loads.size(),
-                num_gpus);
-  const std::int64_t num_layers = std::int64_t(gpu_loads.size()) / num_gpus;
-  if (num_layers == 0) return 1.0;
-  double sum = 0.0;
-  for (std::int64_t layer = 0; layer < num_layers; ++layer) {
-    const auto row = gpu_loads.begin() + layer * num_gpus;
-    double total = 0.0;
-    for (auto load = row; load != row + num_gpus; ++load) total += double(*load);
-    const double max = double(*std::max_element(row, row + num_gpus));
-    sum += (total / double(num_gpus) + kBalancednessEpsilon) / (max + kBalancednessEpsilon);
-  }
-  return sum / double(num_layers);
-}
-
 LiveMetrics::LiveMetrics(const Recorder& recorder, LiveMetricsOptions options)
     : recorder_(recorder), num_hottest_experts_(options.num_hottest_experts) {
   const ModelTopology& topology = recorder.topology();
@@ -86,9 +69,11 @@ LiveMetrics::LiveMetrics(const Recorder& recorder, LiveMetricsOptions options)
                 "not {}",
                 record_mode_name(recorder.options().mode));
   const std::int64_t num_gpus = options.num_gpus == 0 ? topology.ep_size : options.num_gpus;
-  MOESTAT_CHECK(num_gpus > 0 && topology.num_physical_experts % num_gpus == 0,
-                "live metrics: {} GPUs cannot share {} physical expert slots evenly", num_gpus,
-                topology.num_physical_experts);
+  try {
+    slots_per_gpu(topology.num_physical_experts, num_gpus);
+  } catch (const Error& error) {
+    throw error.with_context("live metrics");
+  }
   MOESTAT_CHECK(num_hottest_experts_ >= 0,
                 "live metrics: the number of hottest experts must be >= 0, not {}",
                 num_hottest_experts_);
@@ -106,25 +91,20 @@ LiveMetrics::LiveMetrics(const Recorder& recorder, LiveMetricsOptions options)
   }
 }
 
-void LiveMetrics::fold_pass(std::int64_t pass_id, const std::int64_t* physical_counts) {
+void LiveMetrics::fold_pass(std::int64_t pass_id, const std::int64_t* gpu_loads,
+                            double balancedness) {
   const std::int64_t num_layers = values_.num_layers, num_gpus = values_.num_gpus;
-  const std::int64_t num_slots = recorder_.topology().num_physical_experts;
-  const std::int64_t slots_per_gpu = num_slots / num_gpus;
   std::vector<std::int64_t>& loads = values_.last_pass_gpu_loads;
-  std::fill(loads.begin(), loads.end(), 0);
-  std::vector<bool> counted(std::size_t(num_layers), false);
-  bool any_counted = false;
-  for (std::int64_t layer = 0; layer < num_layers; ++layer) {
-    for (std::int64_t slot = 0; slot < num_slots; ++slot) {
-      const std::int64_t count = physical_counts[layer * num_slots + slot];
-      loads[std::size_t(layer * num_gpus + slot / slots_per_gpu)] += count;
-      if (count > 0) counted[std::size_t(layer)] = true;
-    }
-    any_counted = any_counted || counted[std::size_t(layer)];
-  }
+  std::copy(gpu_loads, gpu_loads + num_layers * num_gpus, loads.begin());
   for (std::size_t cell = 0; cell < loads.size(); ++cell) {
     values_.gpu_assignments_total[cell] += loads[cell];
   }
+  // Counts are never negative: a layer counted something exactly when one of its GPUs has load.
+  std::vector<bool> counted(std::size_t(num_layers), false);
+  for (std::size_t cell = 0; cell < loads.size(); ++cell) {
+    if (loads[cell] > 0) counted[cell / std::size_t(num_gpus)] = true;
+  }
+  const bool any_counted = std::find(counted.begin(), counted.end(), true) != counted.end();
   // NOTE: a pass in which no layer counted (recording on, no tokens) names no layer.
   for (std::int64_t layer = 0; layer < num_layers; ++layer) {
     if (any_counted && values_.moe_layers[std::size_t(layer)] && !counted[std::size_t(layer)]) {
@@ -132,29 +112,28 @@ void LiveMetrics::fold_pass(std::int64_t pass_id, const std::int64_t* physical_c
     }
   }
   values_.last_pass_id = pass_id;
-  values_.last_pass_balancedness = pass_balancedness(loads, num_gpus);
-  history_.push_back(values_.last_pass_balancedness);
+  values_.last_pass_balancedness = balancedness;
+  history_.push_back(balancedness);
   if (std::int64_t(history_.size()) > kHistoryLength) history_.pop_front();
   ++values_.passes_observed;
 }
 
 MetricValues LiveMetrics::update() {
   // NOTE: the read is under the lock so that concurrent updates fold each pass once; it
-  // copies only the passes since the previous read, which is what keeps it short.
+  // reads only the passes since the previous read, which is what keeps it short.
   std::lock_guard lock(mutex_);
-  const PassesSince passes = recorder_.passes_since(generation_, next_arrival_);
+  const GpuLoadsSince passes =
+      recorder_.gpu_loads_since(generation_, next_arrival_, values_.num_gpus);
   generation_ = passes.generation;
   next_arrival_ = passes.next_arrival();
   values_.passes_unobserved += passes.missed_passes;
-  const std::int64_t physical_size = passes.num_layers * passes.num_physical_experts;
-  const std::int64_t logical_size = passes.num_layers * passes.num_logical_experts;
+  const std::int64_t pass_loads = passes.num_layers * passes.num_gpus;
   for (std::int64_t row = 0; row < passes.size(); ++row) {
-    fold_pass(passes.pass_ids[std::size_t(row)],
-              passes.physical_counts.data() + row * physical_size);
-    const auto logical = passes.logical_counts.begin() + row * logical_size;
-    std::transform(logical_totals_.begin(), logical_totals_.end(), logical, logical_totals_.begin(),
-                   std::plus<>());
+    fold_pass(passes.pass_ids[std::size_t(row)], passes.gpu_loads.data() + row * pass_loads,
+              passes.balancedness[std::size_t(row)]);
   }
+  std::transform(logical_totals_.begin(), logical_totals_.end(), passes.logical_totals.begin(),
+                 logical_totals_.begin(), std::plus<>());
 
   values_.passes_recorded = passes.num_passes;
   values_.passes_dropped = passes.dropped_passes;

@@ -3,10 +3,7 @@
 // tests/unit/passes_since_test.cpp checks it against snapshot()) and the rows of the CUDA
 // recorder's own snapshot, across the ring's wrap-around, passes that left the window, and a
 // restart.
-#include <moestat/record/cpu_recorder.hpp>
-#include <moestat/record/cuda_recorder.hpp>
-
-#include "gpu/gpu_test_support.hpp"
+#include "gpu/paired_recorders.hpp"
 #include "unit/expect_error.hpp"
 
 namespace moestat::testing {
@@ -37,15 +34,10 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
   const ModelTopology topology = deepseek_like_topology();
   for (RecordMode mode : {RecordMode::kStat, RecordMode::kPerPass}) {
     SCOPED_TRACE(std::string(record_mode_name(mode)));
-    const RecorderOptions options{.mode = mode, .window_size = 16};
-    record::CpuRecorder cpu(topology, options);
-    record::CudaRecorder gpu(topology, options, -1,
-                             pass_ring_options(64, std::chrono::milliseconds(1)));
-    cudaStream_t stream;
-    MOESTAT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    gpu.set_stream(stream);
-    cpu.start();
-    gpu.start();
+    PairedRecorders recorders(topology, {.mode = mode, .window_size = 16});
+    record::CpuRecorder& cpu = recorders.cpu();
+    record::CudaRecorder& gpu = recorders.gpu();
+    recorders.start();
     PassesSince cpu_passes, gpu_passes;
     const auto read_both = [&] {
       cpu_passes = cpu.passes_since(cpu_passes.generation, cpu_passes.next_arrival());
@@ -54,28 +46,9 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
     };
 
     std::mt19937_64 rng(7);
-    constexpr std::int64_t kTopK = 8;
     for (std::int64_t pass = 0; pass < 45; ++pass) {
-      if (pass == 40) {  // a restart: the next read starts the new generation at arrival 0
-        cpu.start();
-        gpu.start();
-      }
-      const std::int64_t tokens = 1 + (pass * 11) % 23;
-      std::vector<std::unique_ptr<DeviceArray<std::int64_t>>> device_ids;
-      cpu.begin_pass(pass);
-      gpu.begin_pass(pass);
-      for (std::int64_t layer = 0; layer < topology.num_layers; ++layer) {
-        if (!topology.is_moe(layer)) continue;
-        const std::vector<std::int64_t> ids =
-            random_ids(rng, tokens, kTopK, topology.num_physical_experts);
-        device_ids.push_back(std::make_unique<DeviceArray<std::int64_t>>(ids));
-        cpu.record_topk(layer, TensorView::contiguous(ids.data(), DType::kInt64, {tokens, kTopK}));
-        gpu.record_topk(layer, TensorView::contiguous(device_ids.back()->data(), DType::kInt64,
-                                                      {tokens, kTopK}, Device::cuda(0)));
-      }
-      cpu.end_pass();
-      gpu.end_pass();
-      MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));  // the ids' buffers go out of scope
+      if (pass == 40) recorders.start();  // a restart: the next read starts the new generation
+      recorders.record_pass(pass, 1 + (pass * 11) % 23, rng);
       // Reads after a few passes, after more than the window of 16 holds (stat: missed), after
       // none, after one, and after the restart.
       if (pass == 3 || pass == 30 || pass == 31 || pass == 44) {
@@ -100,8 +73,6 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
     }
     EXPECT_MOESTAT_ERROR(gpu.passes_since(gpu_passes.generation, gpu_passes.next_arrival() + 1),
                          "is outside the 5 passes that reached the window");
-    gpu.set_stream(nullptr);
-    cudaStreamDestroy(stream);
   }
 }
 

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <moestat/gpu_loads.hpp>
 #include <moestat/recorder.hpp>
 #include <mutex>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -82,17 +82,17 @@ struct MetricValues {
   std::vector<std::string> uncovered_layers() const;
 };
 
-/// Per-pass balancedness as SGLang computes it: for each of the L layers of `gpu_loads`
-/// ([L, G]), (mean + 1e-5) / (max + 1e-5) of its GPU loads, averaged over all layers (a layer
-/// without load, dense ones included, scores 1).
-double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus);
+/// Per-pass balancedness as SGLang computes it (moestat/gpu_loads.hpp), where live metrics
+/// have always named it.
+using moestat::pass_balancedness;
 
 /// Live metrics of one recorder: each update reads the passes recorded since the previous one
-/// (Recorder::passes_since, which copies only those) and folds them into the rolling state,
-/// so its cost follows the new passes, not the window. Needs a pass-window mode (stat,
-/// stat_approx, per_pass). The recording stream is never synchronised (the CUDA recorder
-/// copies the new rows on a stream of its own); passes that leave the window between two
-/// updates are counted in `passes_unobserved`, so update at least once per window of passes.
+/// (Recorder::gpu_loads_since: only those, already reduced to GPU loads, balancedness and
+/// logical totals) and folds them into the rolling state, so its cost follows the new passes,
+/// not the window. Needs a pass-window mode (stat, stat_approx, per_pass). The recording stream
+/// is never synchronised (the CUDA recorder reduces the new passes on the device and copies
+/// the result on a stream of its own); passes that leave the window between two updates are
+/// counted in `passes_unobserved`, so update at least once per window of passes.
 ///
 /// Thread-safe: update() may be called from any thread (an HTTP server's, say) while the
 /// recorder's passes run. The recorder must outlive this object.
@@ -107,7 +107,8 @@ class LiveMetrics {
   MetricValues update();
 
  private:
-  void fold_pass(std::int64_t pass_id, const std::int64_t* physical_counts);
+  /// Folds one pass: its id, its GPU loads [L, G] and its balancedness.
+  void fold_pass(std::int64_t pass_id, const std::int64_t* gpu_loads, double balancedness);
 
   const Recorder& recorder_;
   std::int64_t num_hottest_experts_;

@@ -146,6 +146,11 @@ class CudaRecorder final : public Recorder {
                               std::int64_t first_physical_expert) override;
   void do_end_pass() override;
   void do_abort_pass() override;
+  /// stat and stat_approx: reduced on the device from the window ring, under its sequence
+  /// lock, on the recorder's own stream; only the result is copied to the host. per_pass:
+  /// the collected passes are on the host already and are reduced there.
+  GpuLoadsSince do_gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                   std::int64_t num_gpus) const override;
   /// While stream() is being captured (a failed query is a moestat::Error): the captured
   /// kernels run inside whatever pass is open on the device at replay.
   bool accepts_hooks_outside_pass() const override;
@@ -154,6 +159,9 @@ class CudaRecorder final : public Recorder {
   struct Resources;
 
   void require_on_device(const TensorView& view, const char* what) const;
+  /// A read of passes since an arrival before the storage fills it: the model's sizes and the
+  /// current generation. Under the control mutex.
+  PassesSince empty_passes_since() const;
   /// Throws unless an engine kernel can count into `layer` (in range, MoE, a mode with
   /// per-pass counts); `caller` names the API in the message.
   void check_engine_layer(std::int64_t layer, const char* caller) const;

@@ -338,9 +338,7 @@ void CudaRecorder::set_placement(const Placement& placement) {
   r.write_control(&cuda::ControlBlock::placement_word, (placement.version() << 1) | buffer);
 }
 
-PassesSince CudaRecorder::passes_since(std::uint64_t generation, std::int64_t first_arrival) const {
-  std::lock_guard lock(mutex_);
-  DeviceGuard guard(device_);
+PassesSince CudaRecorder::empty_passes_since() const {
   const ModelTopology& model = topology();
   PassesSince out;
   out.num_layers = model.num_layers;
@@ -348,9 +346,25 @@ PassesSince CudaRecorder::passes_since(std::uint64_t generation, std::int64_t fi
   out.num_physical_experts = model.num_physical_experts;
   // The epoch changes with each start() and reset(), and with nothing else.
   out.generation = requested_epoch_;
+  return out;
+}
+
+PassesSince CudaRecorder::passes_since(std::uint64_t generation, std::int64_t first_arrival) const {
+  std::lock_guard lock(mutex_);
+  DeviceGuard guard(device_);
+  PassesSince out = empty_passes_since();
   resources_->storage->read_since(out, requested_epoch_,
                                   generation == requested_epoch_ ? first_arrival : 0, placements_);
   return out;
+}
+
+GpuLoadsSince CudaRecorder::do_gpu_loads_since(std::uint64_t generation, std::int64_t first_arrival,
+                                               std::int64_t num_gpus) const {
+  std::lock_guard lock(mutex_);
+  DeviceGuard guard(device_);
+  return resources_->storage->read_gpu_loads_since(
+      empty_passes_since(), requested_epoch_, generation == requested_epoch_ ? first_arrival : 0,
+      num_gpus, placements_);
 }
 
 Snapshot CudaRecorder::snapshot() const {

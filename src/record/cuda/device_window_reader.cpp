@@ -5,18 +5,26 @@
 namespace moestat::record::cuda {
 
 std::optional<WindowRead> DeviceWindowReader::read_from(const DeviceState& before,
-                                                        long long first_wanted, cudaStream_t stream,
-                                                        PassRecords& out) {
+                                                        long long first_wanted,
+                                                        std::int32_t* device_rows,
+                                                        cudaStream_t stream, PassRecords& out) {
   const long long window = buffers_.num_slots - 1;
   const long long pass_size = buffers_.num_layers * buffers_.num_physical_experts;
   // Slots of passes [first, cursor), in at most two contiguous runs of the ring.
   const long long first = std::max(first_wanted, before.cursor - window);
-  ring_counts_.resize(std::size_t((before.cursor - first) * pass_size));
+  std::int32_t* rows = device_rows;
+  cudaMemcpyKind direction = cudaMemcpyDeviceToDevice;
+  if (device_rows == nullptr) {
+    ring_counts_.resize(std::size_t((before.cursor - first) * pass_size));
+    rows = ring_counts_.data();
+    direction = cudaMemcpyDeviceToHost;
+  }
   for (long long pass = first; pass < before.cursor;) {
     const long long slot = pass % buffers_.num_slots;
     const long long run = std::min(before.cursor - pass, buffers_.num_slots - slot);
-    copy_from_device(ring_counts_.data() + (pass - first) * pass_size,
-                     buffers_.window + slot * pass_size, run * pass_size, stream);
+    MOESTAT_CUDA_CHECK(
+        cudaMemcpyAsync(rows + (pass - first) * pass_size, buffers_.window + slot * pass_size,
+                        std::size_t(run * pass_size) * sizeof(std::int32_t), direction, stream));
     pass += run;
   }
   copy_from_device(slot_pass_ids_, buffers_.slot_pass_ids, buffers_.num_slots, stream);
@@ -33,10 +41,11 @@ std::optional<WindowRead> DeviceWindowReader::read_from(const DeviceState& befor
     out.pass_ids.push_back(slot_pass_ids_[slot]);
     out.pass_num_tokens.push_back(slot_num_tokens_[slot]);
     out.placement_versions.push_back(slot_versions_[slot]);
+    if (device_rows != nullptr) continue;
     const std::int32_t* in = ring_counts_.data() + (pass - first) * pass_size;
     out.physical_counts.insert(out.physical_counts.end(), in, in + pass_size);
   }
-  return WindowRead{before, intact_from};
+  return WindowRead{before, intact_from, first};
 }
 
 }  // namespace moestat::record::cuda

@@ -1,7 +1,7 @@
 // Reads ended passes out of the device window ring: the one reader behind a windowed
-// snapshot and the pass collector. The device writes pass n into slot n % num_slots and
-// never waits for the host, so a pass is taken only if its slot cannot have been reused
-// while it was copied; the rest are left out whole, never half read.
+// snapshot, passes_since, gpu_loads_since and the pass collector. The device writes pass n into
+// slot n % num_slots and never waits for the host, so a pass is taken only if its slot cannot have
+// been reused while it was copied; the rest are left out whole, never half read.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,13 +20,14 @@ struct PassRecords {
   std::vector<std::int64_t> pass_ids;
   std::vector<std::uint64_t> placement_versions;
   std::vector<std::int64_t> pass_num_tokens;
-  std::vector<std::int32_t> physical_counts;  ///< [N, L, P]
+  std::vector<std::int32_t> physical_counts;  ///< [N, L, P]; empty after read_on_device.
 };
 
 /// What one read found.
 struct WindowRead {
   DeviceState state;       ///< The state the read began from (not mid-update).
   long long first_intact;  ///< First pass appended; those before it that were wanted are lost.
+  long long first_copied;  ///< First pass whose counts were copied (read_on_device: row 0).
 };
 
 class DeviceWindowReader {
@@ -43,20 +44,40 @@ class DeviceWindowReader {
   template <typename FirstWanted>
   std::optional<WindowRead> read(cudaStream_t stream, PassRecords& out,
                                  FirstWanted&& first_wanted) {
+    return read_into(stream, out, nullptr, first_wanted);
+  }
+
+  /// As read, but the counts stay on the device: each attempt copies the passes it reads
+  /// into `device_rows` ([num_slots - 1, L, P] int32 device memory: the most one read takes),
+  /// pass first_copied in row 0, and `out.physical_counts` stays empty. The rows of the passes
+  /// appended (from first_intact on) are whole once `stream` reaches them.
+  template <typename FirstWanted>
+  std::optional<WindowRead> read_on_device(cudaStream_t stream, PassRecords& out,
+                                           std::int32_t* device_rows, FirstWanted&& first_wanted) {
+    return read_into(stream, out, device_rows, first_wanted);
+  }
+
+ private:
+  /// The sequence-locked attempts of read and read_on_device (`device_rows` null: to the host).
+  template <typename FirstWanted>
+  std::optional<WindowRead> read_into(cudaStream_t stream, PassRecords& out,
+                                      std::int32_t* device_rows, FirstWanted& first_wanted) {
     for (int attempt = 0; attempt < kMaxStateReads; ++attempt) {
       const DeviceState before = read_device_state(buffers_.state, stream);
       if (before.seq % 2 != 0) continue;
       const std::optional<long long> first = first_wanted(before);
       if (!first) return std::nullopt;
-      if (std::optional<WindowRead> read = read_from(before, *first, stream, out)) return read;
+      if (std::optional<WindowRead> read = read_from(before, *first, device_rows, stream, out)) {
+        return read;
+      }
     }
     fail_unsettled_state(reader_);
   }
 
- private:
   /// One attempt from state `before`: nullopt when a reset reached the device meanwhile.
   std::optional<WindowRead> read_from(const DeviceState& before, long long first_wanted,
-                                      cudaStream_t stream, PassRecords& out);
+                                      std::int32_t* device_rows, cudaStream_t stream,
+                                      PassRecords& out);
 
   const DeviceBuffers& buffers_;
   const char* reader_;

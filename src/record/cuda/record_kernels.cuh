@@ -1,5 +1,6 @@
-// Launchers of the CUDA recorder's kernels (topk_histogram.cu and pass_kernels.cu define and
-// launch them; no other file writes <<<...>>>). Inputs, outputs, sizes, then the stream. None of
+// Launchers of the CUDA recorder's kernels (topk_histogram.cu, pass_kernels.cu,
+// trace_kernels.cu and gpu_loads_kernels.cu define and launch them; no other file writes
+// <<<...>>>). Inputs, outputs, sizes, then the stream. None of
 // them synchronises, allocates or branches on device data on the host, so all are safe to capture
 // in a CUDA graph.
 #pragma once
@@ -100,6 +101,22 @@ void launch_end_pass(const DeviceBuffers& buffers, double decay, bool fold, cuda
 /// Discards the open pass: zeroes every copy of its counts, its tallies and (per-token mode)
 /// its staged rows; the window, its cursor and the decayed loads stay as they were.
 void launch_abort_pass(const DeviceBuffers& buffers, cudaStream_t stream);
+
+/// Reduces passes already copied out of the window ring, for Recorder::gpu_loads_since (on the
+/// reader's stream, never the recording one).
+/// - `rows`: [num_passes, L, P] int32 counts, device.
+/// - `run_starts`: [num_runs + 1] device; run r is passes [run_starts[r], run_starts[r + 1]),
+///   consecutive passes of one placement version.
+/// - `gpu_loads`: [num_passes, L, num_gpus] out: each pass's loads, slot p on GPU p / (P / G).
+/// - `balancedness`: [num_passes] out: pass_balancedness of each pass's loads, bit for bit.
+/// - `run_sums`: [num_runs, L, P] out: the counts of each run's passes summed (the host turns
+///   them into logical counts with the run's placement).
+/// num_gpus must divide P.
+void launch_reduce_gpu_loads(const std::int32_t* rows, const std::int64_t* run_starts,
+                             std::int64_t* gpu_loads, double* balancedness, std::int64_t* run_sums,
+                             std::int64_t num_passes, std::int64_t num_runs,
+                             std::int64_t num_layers, std::int64_t num_physical_experts,
+                             std::int64_t num_gpus, cudaStream_t stream);
 
 /// An empty kernel, for benchmarks to set the cost of a graph node against.
 void launch_empty(cudaStream_t stream);

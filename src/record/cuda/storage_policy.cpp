@@ -28,6 +28,13 @@ void StoragePolicy::read_since(PassesSince&, std::uint64_t, std::int64_t,
       record_mode_name(mode_));
 }
 
+GpuLoadsSince StoragePolicy::read_gpu_loads_since(
+    PassesSince header, std::uint64_t requested_epoch, std::int64_t first_arrival,
+    std::int64_t num_gpus, const std::map<std::uint64_t, Placement>& placements) {
+  read_since(header, requested_epoch, first_arrival, placements);
+  return gpu_loads_of(header, num_gpus);
+}
+
 void StoragePolicy::allocate_ring(const StorageSetup& setup, DeviceAllocations& memory,
                                   std::int64_t num_slots) {
   DeviceBuffers& b = setup.buffers;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <moestat/gpu_loads.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/record/cuda_recorder.hpp>
 #include <moestat/snapshot.hpp>
@@ -91,6 +92,12 @@ class StoragePolicy {
   virtual void read_since(PassesSince& out, std::uint64_t requested_epoch,
                           std::int64_t first_arrival,
                           const std::map<std::uint64_t, Placement>& placements);
+  /// Recorder::gpu_loads_since: the passes read_since would read, reduced for `num_gpus`
+  /// GPUs (which divides P); `header` is read_since's `out` before the read. By default
+  /// read_since's rows reduced on the host (gpu_loads_of).
+  virtual GpuLoadsSince read_gpu_loads_since(PassesSince header, std::uint64_t requested_epoch,
+                                             std::int64_t first_arrival, std::int64_t num_gpus,
+                                             const std::map<std::uint64_t, Placement>& placements);
   /// The placement map buffer (0 or 1) the placement word for `placement` names, after
   /// uploading the map where the device converts with it. `current_word` is the word
   /// control calls last wrote.

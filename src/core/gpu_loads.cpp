@@ -1,0 +1,85 @@
+// GPU loads and balancedness of passes on the host: the CPU recorder's gpu_loads_since (and
+// the CUDA recorder's where the passes are already on the host). The CUDA window ring reduces
+// on the device with the same formula (src/record/cuda/gpu_loads_kernels.cu).
+#include <algorithm>
+#include <moestat/checked_math.hpp>
+#include <moestat/error.hpp>
+#include <moestat/gpu_loads.hpp>
+
+namespace moestat {
+namespace {
+
+// SGLang's guard against empty layers: an empty layer scores (0 + eps) / (0 + eps) = 1.
+constexpr double kBalancednessEpsilon = 1e-5;
+
+}  // namespace
+
+std::int64_t slots_per_gpu(std::int64_t num_physical_experts, std::int64_t num_gpus) {
+  MOESTAT_CHECK(num_gpus >= 1, "the number of GPUs must be at least 1, not {}", num_gpus);
+  MOESTAT_CHECK(num_physical_experts % num_gpus == 0,
+                "{} GPUs cannot share {} physical expert slots evenly", num_gpus,
+                num_physical_experts);
+  return num_physical_experts / num_gpus;
+}
+
+double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus) {
+  MOESTAT_CHECK(num_gpus > 0 && gpu_loads.size() % std::size_t(num_gpus) == 0,
+                "pass balancedness: {} GPU loads do not fill rows of {} GPUs", gpu_loads.size(),
+                num_gpus);
+  const std::int64_t num_layers = std::int64_t(gpu_loads.size()) / num_gpus;
+  if (num_layers == 0) return 1.0;
+  // NOTE: the device kernel (gpu_loads_kernels.cu) repeats these operations in this order, so
+  // the CUDA recorder's values are bit-equal to these.
+  double sum = 0.0;
+  for (std::int64_t layer = 0; layer < num_layers; ++layer) {
+    const auto row = gpu_loads.begin() + layer * num_gpus;
+    double total = 0.0;
+    for (auto load = row; load != row + num_gpus; ++load) total += double(*load);
+    const double max = double(*std::max_element(row, row + num_gpus));
+    sum += (total / double(num_gpus) + kBalancednessEpsilon) / (max + kBalancednessEpsilon);
+  }
+  return sum / double(num_layers);
+}
+
+GpuLoadsSince gpu_loads_of(const PassesSince& passes, std::int64_t num_gpus) {
+  const std::int64_t num_slots = passes.num_physical_experts;
+  const std::int64_t gpu_slots = slots_per_gpu(num_slots, num_gpus);
+  const std::int64_t num_layers = passes.num_layers;
+  GpuLoadsSince out;
+  out.num_layers = num_layers;
+  out.num_logical_experts = passes.num_logical_experts;
+  out.num_gpus = num_gpus;
+  out.generation = passes.generation;
+  out.first_arrival = passes.first_arrival;
+  out.missed_passes = passes.missed_passes;
+  out.pass_ids = passes.pass_ids;
+  out.placement_versions = passes.placement_versions;
+  out.pass_num_tokens = passes.pass_num_tokens;
+  out.num_passes = passes.num_passes;
+  out.dropped_ids = passes.dropped_ids;
+  out.dropped_passes = passes.dropped_passes;
+
+  const std::int64_t pass_loads = num_layers * num_gpus;
+  out.gpu_loads.assign(std::size_t(passes.size() * pass_loads), 0);
+  for (std::int64_t pass = 0; pass < passes.size(); ++pass) {
+    const std::int64_t* counts = passes.physical_counts.data() + pass * num_layers * num_slots;
+    std::int64_t* loads = out.gpu_loads.data() + pass * pass_loads;
+    for (std::int64_t layer = 0; layer < num_layers; ++layer) {
+      for (std::int64_t slot = 0; slot < num_slots; ++slot) {
+        loads[layer * num_gpus + slot / gpu_slots] += counts[layer * num_slots + slot];
+      }
+    }
+    out.balancedness.push_back(
+        pass_balancedness(std::span(loads, std::size_t(pass_loads)), num_gpus));
+  }
+
+  const std::size_t logical_size = std::size_t(num_layers * passes.num_logical_experts);
+  out.logical_totals.assign(logical_size, 0);
+  for (std::size_t cell = 0; cell < passes.logical_counts.size(); ++cell) {
+    std::int64_t& total = out.logical_totals[cell % logical_size];
+    total = checked_add(total, passes.logical_counts[cell], "a logical total");
+  }
+  return out;
+}
+
+}  // namespace moestat
