@@ -24,8 +24,8 @@ constexpr std::string_view kCaption =
 
 void write_table(std::string& out, const SimulatedScenario& scenario) {
   const std::vector<ShownPolicy> rows = scenario.shown();
-  const auto fewest_lost = std::min_element(
-      rows.begin(), rows.end(), [&](const ShownPolicy& a, const ShownPolicy& b) {
+  const auto fewest_lost =
+      std::min_element(rows.begin(), rows.end(), [&](const ShownPolicy& a, const ShownPolicy& b) {
         return scenario.policies[a.index].replay.lost_seconds() <
                scenario.policies[b.index].replay.lost_seconds();
       });
@@ -63,8 +63,8 @@ std::string render_simulation_html(const Simulation& simulation) {
     fmt::format_to(std::back_inserter(out),
                    "<h2>{}</h2>\n<p>{} ({} passes)</p>\n<figure>\n{}<figcaption>{}</figcaption>\n"
                    "</figure>\n",
-                   xml_escape(scenario.name), xml_escape(scenario.description),
-                   scenario.num_passes, figures[i].svg, kCaption);
+                   xml_escape(scenario.name), xml_escape(scenario.description), scenario.num_passes,
+                   figures[i].svg, kCaption);
     write_table(out, scenario);
   }
   out += "</body>\n</html>\n";

@@ -94,6 +94,9 @@ std::vector<SimulatedPhase> read_phases(const Json& scenario, const std::string&
     SimulatedPhase phase{.workload = read_string(phases[i], at, "workload"),
                          .first_pass = first_pass,
                          .num_passes = read_integer(phases[i], at, "num_passes", 1, kMaxPasses)};
+    MOESTAT_CHECK(phase.num_passes <= num_passes - first_pass,
+                  "{}: the phases up to this one last more than the scenario's {} passes", at,
+                  num_passes);
     first_pass += phase.num_passes;
     out.push_back(std::move(phase));
   }

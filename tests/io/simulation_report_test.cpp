@@ -243,6 +243,9 @@ TEST(SimulationReport, RefusesBadSimulationsNamingTheField) {
   doc = simulation_document();
   doc["scenarios"][0]["phases"][1]["num_passes"] = 400;
   refuses(doc, {"scenarios[0].phases last 900 passes, but the scenario has 1000"});
+  doc["scenarios"][0]["phases"][1]["num_passes"] = 600;
+  refuses(doc, {"scenarios[0].phases[1]: the phases up to this one last more than the "
+                "scenario's 1000 passes"});
 
   doc = simulation_document();
   doc["scenarios"][0]["policies"][0]["role"] = 3;
