@@ -16,8 +16,9 @@
 namespace moestat::report {
 namespace {
 
-/// The table's rows by role, in order; the same rows PolicyRoster::shown gives
-/// `moestat simulate`'s table (tools/moestat/simulate_policies.cpp).
+/// The table's rows by role, in order: the rows PolicyRoster::shown gives `moestat
+/// simulate`'s table (tools/moestat/simulate_policies.cpp), chosen here from the JSON;
+/// tests/cli/simulation_report_cli_test.cpp checks that the two agree.
 struct Row {
   std::string_view role, label;
 };
