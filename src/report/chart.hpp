@@ -1,6 +1,7 @@
-// Internal: the report's charts as data (axes, series, legend, shaded bands, markers), drawn
-// as standalone SVG by svg_chart.cpp and svg_heatmap.cpp. The HTML page embeds the same SVG
-// that `--svg` writes and `--png` rasterises, so the three never disagree.
+// Internal: the report's charts as data (axes, series and their marks, legend, shaded bands,
+// markers), drawn as standalone SVG by svg_chart.cpp and svg_heatmap.cpp. The HTML page
+// embeds the same SVG that `--svg` writes and `--png` rasterises, so the three never
+// disagree.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,20 @@
 
 namespace moestat::report::detail {
 
+/// A dot on a line at x = at (as Band's), labelled in its tooltip: an event of the series
+/// (a policy's rebalance).
+struct Mark {
+  double at = 0;
+  std::string label;
+};
+
 /// One named line or set of bars. values[i] is drawn at x = i; NaN leaves a gap.
 struct Series {
   std::string name;
   std::string colour;  ///< "#rrggbb"
   std::vector<double> values;
+  std::vector<Mark> marks = {};  ///< Lines only.
+  bool emphasised = false;       ///< A line drawn thicker, over the others.
 };
 
 /// An x range [from, to) shaded behind the data, labelled at its top (a node's GPUs, dense
@@ -49,6 +59,11 @@ struct Chart {
   std::string reference_label = {};
   /// The y range; by default 0 to a round number above the largest value.
   std::optional<double> y_min = std::nullopt, y_max = std::nullopt;
+  /// Set: the x axis is continuous, position i spanning [i, i + 1) times this many axis
+  /// units (a block of 50 passes), ticked at round numbers of those units at their place.
+  /// Unset: positions are categories (GPUs, layers), ticked at their centres.
+  std::optional<double> units_per_position = std::nullopt;
+  double plot_height = 200;  ///< SVG units; the rest of the layout is fixed.
 };
 
 /// The layers x experts heatmap: cells on a log colour scale with its colour bar.

@@ -12,6 +12,7 @@
 #include "chart.hpp"
 #include "evaluation.hpp"
 #include "figures.hpp"
+#include "page.hpp"
 #include "summary.hpp"
 #include "ticks.hpp"
 
@@ -136,20 +137,6 @@ void write_hottest_table(std::string& out, const Recording& recording,
   out += "</table>\n";
 }
 
-constexpr std::string_view kStyle = R"(<style>
-body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1200px; }
-h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; }
-table { border-collapse: collapse; } th, td { padding: 2px 10px; text-align: left; }
-table.meta th { color: #555; font-weight: normal; }
-table.hot td:nth-child(-n+3), table.placements td:nth-child(n+2) {
-  text-align: right; font-variant-numeric: tabular-nums; }
-table.hot tr:nth-child(even), table.placements tr:nth-child(even) { background: #f4f4f4; }
-#summary { background: #f6f8fb; border-left: 4px solid #0072b2; padding: 4px 16px; }
-figure { margin: 24px 0; } figcaption { color: #555; max-width: 840px; }
-.note { font-size: 12px; color: #555; }
-</style>
-)";
-
 }  // namespace
 
 std::string render_html(const Recording& recording, const Options& options) {
@@ -159,11 +146,7 @@ std::string render_html(const Recording& recording, const Options& options) {
   const std::vector<Figure> figures = detail::figures_of(recording, options, evaluations);
   std::string out;
   out.reserve(figures.front().svg.size() + 131072);
-  fmt::format_to(std::back_inserter(out),
-                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                 "<title>moestat report: {}</title>\n{}</head>\n<body>\n<h1>moestat report: "
-                 "{}</h1>\n",
-                 xml_escape(recording.source), kStyle, xml_escape(recording.source));
+  detail::open_page(out, "moestat report: " + recording.source);
   detail::write_summary(out, recording, options, evaluations);
   write_metadata(out, recording, totals, options);
   for (const Figure& figure : figures) {

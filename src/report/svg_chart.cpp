@@ -1,10 +1,11 @@
 // Bar and line charts as standalone SVG: title, legend, axis titles, round ticks with short
-// labels, shaded bands, markers and a dashed reference line.
+// labels, shaded bands, markers, dots on lines and a dashed reference line.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <moestat/error.hpp>
 #include <string_view>
 
@@ -14,22 +15,25 @@
 namespace moestat::report::detail {
 namespace {
 
-// Layout in SVG user units (pixels at scale 1).
+// Layout in SVG user units (pixels at scale 1); the plot's height is the chart's.
 constexpr double kLeft = 64, kPlotWidth = 760, kRight = 16;
-constexpr double kTop = 58, kPlotHeight = 200, kBottom = 46;
+constexpr double kTop = 58, kBottom = 46;
 constexpr double kWidth = kLeft + kPlotWidth + kRight;
-constexpr double kHeight = kTop + kPlotHeight + kBottom;
 constexpr std::string_view kAxisColour = "#555555";
+constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
 struct Frame {
   std::size_t num_x;
   double y_low, y_high;
+  double plot_height;
 
   double x_edge(double at) const { return kLeft + kPlotWidth * at / double(num_x); }
   double x_centre(std::size_t i) const { return x_edge(double(i) + 0.5); }
   double y(double value) const {
-    return kTop + kPlotHeight * (1 - (value - y_low) / (y_high - y_low));
+    return kTop + plot_height * (1 - (value - y_low) / (y_high - y_low));
   }
+  double plot_bottom() const { return kTop + plot_height; }
+  double height() const { return plot_bottom() + kBottom; }
 };
 
 /// One row of swatches under the title: the series, then the reference line.
@@ -48,8 +52,8 @@ void legend(std::string& out, const Chart& chart) {
               ? fmt::format("<rect x=\"{:.0f}\" y=\"33\" width=\"12\" height=\"11\" fill=\"{}\"/>",
                             x, series.colour)
               : fmt::format("<line x1=\"{:.0f}\" x2=\"{:.0f}\" y1=\"38\" y2=\"38\" stroke=\"{}\" "
-                            "stroke-width=\"2.5\"/>",
-                            x, x + 14, series.colour),
+                            "stroke-width=\"{}\"/>",
+                            x, x + 14, series.colour, series.emphasised ? 4 : 2.5),
           series.name);
   }
   if (chart.reference) {
@@ -69,13 +73,13 @@ void bands(std::string& out, const Chart& chart, const Frame& frame) {
       fmt::format_to(std::back_inserter(out),
                      "<rect x=\"{:.1f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" "
                      "fill=\"#e9ecf2\"/>",
-                     from, kTop, to - from, kPlotHeight);
+                     from, kTop, to - from, frame.plot_height);
     }
     if (band.from > 0) {
       fmt::format_to(std::back_inserter(out),
                      "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.0f}\" y2=\"{2:.0f}\" "
                      "stroke=\"#b4bac6\"/>",
-                     from, kTop, kTop + kPlotHeight);
+                     from, kTop, frame.plot_bottom());
     }
     // A label too long for its band reads upwards inside it.
     const bool fits = to - from >= 6.0 * double(band.label.size()) + 4;
@@ -83,9 +87,27 @@ void bands(std::string& out, const Chart& chart, const Frame& frame) {
                    "<text transform=\"translate({:.1f},{:.0f}){}\" text-anchor=\"{}\" "
                    "font-size=\"10\" fill=\"{}\">{}</text></g>\n",
                    fits ? (from + to) / 2 : (from + to) / 2 + 3.5,
-                   fits ? kTop + 11 : kTop + kPlotHeight - 4, fits ? "" : " rotate(-90)",
+                   fits ? kTop + 11 : frame.plot_bottom() - 4, fits ? "" : " rotate(-90)",
                    fits ? "middle" : "start", kAxisColour, xml_escape(band.label));
   }
+}
+
+/// The x axis's ticks as (x, label): round numbers of a continuous axis where they fall,
+/// or positions of a categorical one at their centres.
+std::vector<std::pair<double, std::string>> x_ticks(const Chart& chart, const Frame& frame) {
+  std::vector<std::pair<double, std::string>> out;
+  if (chart.units_per_position) {
+    const double units = *chart.units_per_position;
+    const double span = double(frame.num_x) * units;
+    for (double tick : linear_ticks(0.0, span, 8)) {
+      if (tick <= span) out.emplace_back(frame.x_edge(tick / units), short_number(tick));
+    }
+    return out;
+  }
+  for (std::int64_t tick : index_ticks(std::int64_t(frame.num_x), 20)) {
+    out.emplace_back(frame.x_centre(std::size_t(tick)), fmt::format("{}", tick));
+  }
+  return out;
 }
 
 void axes(std::string& out, const Chart& chart, const Frame& frame,
@@ -99,14 +121,13 @@ void axes(std::string& out, const Chart& chart, const Frame& frame,
                    kLeft, kLeft + kPlotWidth, frame.y(tick), kLeft - 6, frame.y(tick) + 4,
                    kAxisColour, short_number(tick));
   }
-  for (std::int64_t tick : index_ticks(std::int64_t(frame.num_x), 20)) {
-    const double x = frame.x_centre(std::size_t(tick));
+  for (const auto& [x, label] : x_ticks(chart, frame)) {
     fmt::format_to(std::back_inserter(out),
                    "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.0f}\" y2=\"{2:.0f}\" "
                    "stroke=\"{3}\"/><text x=\"{0:.1f}\" y=\"{4:.0f}\" text-anchor=\"middle\" "
                    "fill=\"{3}\">{5}</text>\n",
-                   x, kTop + kPlotHeight, kTop + kPlotHeight + 4, kAxisColour,
-                   kTop + kPlotHeight + 16, tick);
+                   x, frame.plot_bottom(), frame.plot_bottom() + 4, kAxisColour,
+                   frame.plot_bottom() + 16, label);
   }
   fmt::format_to(std::back_inserter(out),
                  "<line x1=\"{0:.0f}\" x2=\"{1:.0f}\" y1=\"{2:.0f}\" y2=\"{2:.0f}\" "
@@ -116,9 +137,9 @@ void axes(std::string& out, const Chart& chart, const Frame& frame,
                  "font-size=\"12\" fill=\"#222222\">{7}</text>\n"
                  "<text class=\"y-title\" transform=\"translate(16,{8:.0f}) rotate(-90)\" "
                  "text-anchor=\"middle\" font-size=\"12\" fill=\"#222222\">{9}</text>\n</g>\n",
-                 kLeft, kLeft + kPlotWidth, kTop + kPlotHeight, kAxisColour, kTop,
-                 kLeft + kPlotWidth / 2, kHeight - 10, xml_escape(chart.x_title),
-                 kTop + kPlotHeight / 2, xml_escape(chart.y_title));
+                 kLeft, kLeft + kPlotWidth, frame.plot_bottom(), kAxisColour, kTop,
+                 kLeft + kPlotWidth / 2, frame.height() - 10, xml_escape(chart.x_title),
+                 kTop + frame.plot_height / 2, xml_escape(chart.y_title));
 }
 
 void bars(std::string& out, const Chart& chart, const Frame& frame) {
@@ -143,36 +164,70 @@ void bars(std::string& out, const Chart& chart, const Frame& frame) {
   }
 }
 
-void lines(std::string& out, const Chart& chart, const Frame& frame) {
-  for (const Series& series : chart.series) {
-    fmt::format_to(std::back_inserter(out), "<g class=\"series\"><title>{}</title>\n",
-                   xml_escape(series.name));
-    // One polyline per run of values between gaps; a lone value as a dot.
-    std::size_t i = 0;
-    while (i < series.values.size()) {
-      if (!std::isfinite(series.values[i])) {
-        ++i;
-        continue;
-      }
-      std::string points;
-      std::size_t run = 0;
-      for (; i < series.values.size() && std::isfinite(series.values[i]); ++i, ++run) {
-        fmt::format_to(std::back_inserter(points), "{:.1f},{:.1f} ", frame.x_centre(i),
-                       frame.y(series.values[i]));
-      }
-      if (run == 1) {
-        fmt::format_to(std::back_inserter(out),
-                       "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2\" "
-                       "fill=\"{}\"/>\n",
-                       frame.x_centre(i - 1), frame.y(series.values[i - 1]), series.colour);
-      } else {
-        fmt::format_to(std::back_inserter(out),
-                       "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" "
-                       "points=\"{}\"/>\n",
-                       series.colour, points);
-      }
+/// The line's height at x = at (as a Band's), between the values drawn at the centres on
+/// either side; the nearer one alone at an end or beside a gap.
+double line_value_at(const Series& series, double at) {
+  const double left = std::floor(at - 0.5);
+  const auto value = [&](double i) {
+    return i >= 0 && i < double(series.values.size()) ? series.values[std::size_t(i)] : kNoValue;
+  };
+  const double before = value(left), after = value(left + 1);
+  if (!std::isfinite(before)) return after;
+  if (!std::isfinite(after)) return before;
+  const double t = at - 0.5 - left;
+  return before + (after - before) * t;
+}
+
+void marks(std::string& out, const Series& series, const Frame& frame) {
+  for (const Mark& mark : series.marks) {
+    const double value = line_value_at(series, mark.at);
+    if (!std::isfinite(value)) continue;
+    fmt::format_to(std::back_inserter(out),
+                   "<circle class=\"mark\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\" "
+                   "stroke=\"#ffffff\" stroke-width=\"1\"><title>{}: {}</title></circle>\n",
+                   frame.x_edge(mark.at), frame.y(value), series.emphasised ? 4.5 : 3,
+                   series.colour, xml_escape(series.name), xml_escape(mark.label));
+  }
+}
+
+void line(std::string& out, const Series& series, const Frame& frame) {
+  fmt::format_to(std::back_inserter(out), "<g class=\"series{}\"><title>{}</title>\n",
+                 series.emphasised ? " emphasised" : "", xml_escape(series.name));
+  // One polyline per run of values between gaps; a lone value as a dot.
+  std::size_t i = 0;
+  while (i < series.values.size()) {
+    if (!std::isfinite(series.values[i])) {
+      ++i;
+      continue;
     }
-    out += "</g>\n";
+    std::string points;
+    std::size_t run = 0;
+    for (; i < series.values.size() && std::isfinite(series.values[i]); ++i, ++run) {
+      fmt::format_to(std::back_inserter(points), "{:.1f},{:.1f} ", frame.x_centre(i),
+                     frame.y(series.values[i]));
+    }
+    if (run == 1) {
+      fmt::format_to(std::back_inserter(out),
+                     "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2\" "
+                     "fill=\"{}\"/>\n",
+                     frame.x_centre(i - 1), frame.y(series.values[i - 1]), series.colour);
+    } else {
+      fmt::format_to(std::back_inserter(out),
+                     "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" "
+                     "points=\"{}\"/>\n",
+                     series.colour, series.emphasised ? 3 : 1.6, points);
+    }
+  }
+  marks(out, series, frame);
+  out += "</g>\n";
+}
+
+/// Emphasised lines last, so that they are drawn over the others.
+void lines(std::string& out, const Chart& chart, const Frame& frame) {
+  for (const bool emphasised : {false, true}) {
+    for (const Series& series : chart.series) {
+      if (series.emphasised == emphasised) line(out, series, frame);
+    }
   }
 }
 
@@ -190,7 +245,7 @@ void overlays(std::string& out, const Chart& chart, const Frame& frame) {
                    "y2=\"{2:.0f}\" stroke=\"#c0392b\" stroke-width=\"1.5\" "
                    "stroke-dasharray=\"6 3\"/><text x=\"{3:.1f}\" y=\"{4:.0f}\" "
                    "fill=\"#c0392b\" font-size=\"10\">{5}</text></g>\n",
-                   x, kTop, kTop + kPlotHeight, x + 4, kTop + 24, xml_escape(marker.label));
+                   x, kTop, frame.plot_bottom(), x + 4, kTop + 24, xml_escape(marker.label));
   }
 }
 
@@ -235,6 +290,8 @@ std::string svg_of(const Chart& chart) {
   MOESTAT_CHECK(!chart.series.empty() && !chart.series.front().values.empty(),
                 "chart {} has nothing to draw", chart.id);
   const std::size_t n = chart.series.front().values.size();
+  MOESTAT_CHECK(chart.plot_height > 0 && chart.units_per_position.value_or(1.0) > 0,
+                "chart {}: a plot height and units per position must be positive", chart.id);
   double high = chart.reference.value_or(0.0), low = 0.0;
   for (const Series& series : chart.series) {
     MOESTAT_CHECK(series.values.size() == n, "chart {}: series {} has {} values, not {}", chart.id,
@@ -245,9 +302,9 @@ std::string svg_of(const Chart& chart) {
   }
   std::vector<double> y_ticks =
       linear_ticks(chart.y_min.value_or(low), chart.y_max.value_or(high), 5);
-  const Frame frame{n, y_ticks.front(), y_ticks.back()};
+  const Frame frame{n, y_ticks.front(), y_ticks.back(), chart.plot_height};
   std::string out;
-  open_svg(out, chart.id, kWidth, kHeight, chart.title, kLeft);
+  open_svg(out, chart.id, kWidth, frame.height(), chart.title, kLeft);
   legend(out, chart);
   bands(out, chart, frame);
   axes(out, chart, frame, y_ticks);

@@ -125,6 +125,16 @@ int main(int argc, char** argv) {
       io::write_file_atomically(dir / "json" / (std::string(record_mode_name(mode)) + ".json"),
                                 io::snapshot_to_json(recorded(mode)));
     }
+    // A rebalance simulation as `moestat simulate --json` writes it: two phases, a rebalance.
+    io::write_file_atomically(
+        dir / "json" / "simulation.json",
+        R"({"scenarios": [{"name": "shift", "description": "a, then b", "num_passes": 100,)"
+        R"( "block_passes": 50, "phases": [{"workload": "a.json", "num_passes": 60},)"
+        R"( {"workload": "b.json", "num_passes": 40}], "policies": [{"policy": "advisor",)"
+        R"( "role": "advisor", "mean_balancedness": 0.7, "moved_experts": 3,)"
+        R"( "imbalance_seconds": 1.5, "move_seconds": 0.25, "rebalances": [{"pass": 50,)"
+        R"( "moved_experts": 3, "max_moved_per_gpu": 1, "seconds": 0.25}],)"
+        R"( "block_balancedness": [0.6, 0.8]}]}]})");
     {  // A trace of three chunks, complete once the writer is gone.
       io::TraceWriter trace(
           dir / "trace" / "trace.bin",

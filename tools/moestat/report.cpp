@@ -1,11 +1,13 @@
 // `moestat report FILE`: the recording as an HTML page, its figures as SVG, the heatmap as
-// PNG and/or Prometheus text.
+// PNG and/or Prometheus text. `moestat report --simulation FILE`: a rebalance simulation's
+// timelines as an HTML page and/or SVG.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/files.hpp>
 #include <moestat/report.hpp>
+#include <moestat/report/simulation.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,11 +40,17 @@ class ReportCommand final : public Command {
     CLI::App* sub = app.add_subcommand(
         "report",
         "Draw a recording: an HTML page comparing placements (summary, heatmap, per-GPU loads, "
-        "balancedness), its figures as SVG, the heatmap as PNG, or Prometheus metrics");
+        "balancedness), its figures as SVG, the heatmap as PNG, or Prometheus metrics; or draw "
+        "a rebalance simulation's timelines");
+    sub_ = sub;
     sub->add_option("FILE", path_,
                     "A recording: a moestat snapshot or SGLang logical counts (.json, an SGLang "
-                    ".pt dump or .safetensors)")
-        ->required();
+                    ".pt dump or .safetensors). Required unless --simulation is given");
+    sub->add_option("--simulation", simulation_path_,
+                    "Instead of a recording, draw this simulation (what `moestat simulate "
+                    "--json` writes): per scenario, each policy's balancedness over the passes "
+                    "with its rebalances and the traffic's phases, and the table of lost "
+                    "seconds. With --html and/or --svg only");
     sub->add_option("--placement", placement_options_,
                     "NAME=FILE: a placement (physical_to_logical_map [L][P]: .json, .pt or "
                     ".safetensors) to compare, shown as NAME; repeatable. FILE alone is named "
@@ -68,7 +76,8 @@ class ReportCommand final : public Command {
     sub->add_option("--html", html_path_, "Write the HTML report here");
     sub->add_option("--svg", svg_dir_,
                     "Write each figure here as NAME.svg (heatmap, gpu-load, gpu-peak-load, "
-                    "layer-balancedness, pass-balancedness); created if missing");
+                    "layer-balancedness, pass-balancedness; with --simulation, "
+                    "simulation_SCENARIO); created if missing");
     sub->add_option("--png", png_path_,
                     "Write the layers x experts heatmap here as PNG (its SVG, rasterised)");
     sub->add_flag("--prometheus", prometheus_,
@@ -88,15 +97,22 @@ class ReportCommand final : public Command {
         "      --placement recorded=demo-out/placement.json \\\n"
         "      --placement moestat=demo-out/placement_moestat.pt \\\n"
         "      --html demo-out/report.html --svg demo-out/figures --png demo-out/heatmap.png\n"
-        "  moestat report logical_count.pt --gpus 32 --prometheus > metrics.prom");
+        "  moestat report logical_count.pt --gpus 32 --prometheus > metrics.prom\n"
+        "  moestat simulate --data stats/ --json simulation.json\n"
+        "  moestat report --simulation simulation.json --html simulation.html --svg figures");
     return sub;
   }
 
   int run() override {
-    if (const std::string missing = missing_options(); !missing.empty()) {
-      fmt::print(stderr, "moestat report: {}\nRun with --help for more information.\n", missing);
+    if (const std::string misused = misused_options(); !misused.empty()) {
+      fmt::print(stderr, "moestat report: {}\nRun with --help for more information.\n", misused);
       return kExitUsageError;
     }
+    return simulation_path_.empty() ? run_recording() : run_simulation();
+  }
+
+ private:
+  int run_recording() {
     // Every output is checked, and every rendering made, before the first file is written:
     // an error writes nothing.
     const std::vector<std::filesystem::path> outputs{html_path_, png_path_};
@@ -125,6 +141,27 @@ class ReportCommand final : public Command {
     const std::vector<std::uint8_t> png = png_path_.empty()
                                               ? std::vector<std::uint8_t>{}
                                               : report::render_heatmap_png(recording, kPngScale);
+    write_outputs(html, figures, png);
+    if (prometheus_) fmt::print("{}", report::prometheus_text(recording, options_));
+    return kExitOk;
+  }
+
+  int run_simulation() {
+    const std::filesystem::path html_path(html_path_);
+    check_outputs({&html_path, 1});
+    const report::Simulation simulation = report::load_simulation(simulation_path_);
+    const std::string html = html_path_.empty() ? "" : report::render_simulation_html(simulation);
+    const std::vector<report::Figure> figures = svg_dir_.empty()
+                                                    ? std::vector<report::Figure>{}
+                                                    : report::render_simulation_figures(simulation);
+    write_outputs(html, figures, {});
+    return kExitOk;
+  }
+
+  /// Writes what was rendered to --html, --svg and --png (those given), having checked the
+  /// figures' paths first.
+  void write_outputs(const std::string& html, const std::vector<report::Figure>& figures,
+                     const std::vector<std::uint8_t>& png) const {
     std::optional<OutputDirectory> svg_dir;
     if (!svg_dir_.empty()) {
       std::vector<std::string> names;
@@ -144,20 +181,19 @@ class ReportCommand final : public Command {
       write(png_path_, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
     }
     if (svg_dir) svg_dir->keep();
-    if (prometheus_) fmt::print("{}", report::prometheus_text(recording, options_));
-    return kExitOk;
   }
 
- private:
   static void write(const std::filesystem::path& path, std::string_view bytes) {
     io::write_file_atomically(path, bytes);
     fmt::print(stderr, "wrote {}\n", path.string());
   }
 
-  /// What the command line lacks, as a usage error; "" when nothing. --gpus has no default
-  /// (report::Options' 8 silently gave 0.605 for the demo's 32 GPUs, whose figure is 0.473),
-  /// so every output that counts per GPU needs it.
-  std::string missing_options() const {
+  /// What is wrong with the command line, as a usage error; "" when nothing. --gpus has no
+  /// default (report::Options' 8 silently gave 0.605 for the demo's 32 GPUs, whose figure is
+  /// 0.473), so every output that counts per GPU needs it.
+  std::string misused_options() const {
+    if (!simulation_path_.empty()) return misused_with_simulation();
+    if (path_.empty()) return "a recording FILE (or --simulation FILE) is required";
     if (html_path_.empty() && svg_dir_.empty() && png_path_.empty() && !prometheus_) {
       return "nothing to write: give --html OUT, --svg DIR, --png OUT or --prometheus";
     }
@@ -165,6 +201,25 @@ class ReportCommand final : public Command {
         (!html_path_.empty() || !svg_dir_.empty() || prometheus_ || !placement_options_.empty())) {
       return "--gpus R is required with --html, --svg, --prometheus or --placement (a "
              "recording or a placement file does not say how many GPUs hold the experts)";
+    }
+    return "";
+  }
+
+  /// A simulation is its own page: it has no recording to put beside it, and none of the
+  /// recording's options applies to it.
+  std::string misused_with_simulation() const {
+    if (!path_.empty()) {
+      return "give a recording FILE or --simulation FILE, not both: each makes its own page";
+    }
+    for (const char* option : {"--placement", "--gpus", "--nodes", "--held-out-from", "--top",
+                               "--png", "--prometheus"}) {
+      if (sub_->count(option) > 0) {
+        return fmt::format("{} is an option of a recording's report, not of --simulation's",
+                           option);
+      }
+    }
+    if (html_path_.empty() && svg_dir_.empty()) {
+      return "nothing to write: give --html OUT and/or --svg DIR";
     }
     return "";
   }
@@ -179,7 +234,8 @@ class ReportCommand final : public Command {
     return out;
   }
 
-  std::string path_, html_path_, svg_dir_, png_path_;
+  CLI::App* sub_ = nullptr;
+  std::string path_, simulation_path_, html_path_, svg_dir_, png_path_;
   std::vector<std::string> placement_options_;
   bool prometheus_ = false;
   std::optional<std::int64_t> num_gpus_, held_out_from_;

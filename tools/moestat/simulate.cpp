@@ -124,8 +124,9 @@ class SimulateCommand final : public Command {
         "the advisor's model. 'best' rows are the grid's best lost seconds for that scenario,\n"
         "chosen after the fact. docs/placement.md, \"Online rebalancing on real traffic\",\n"
         "defines the scenarios.\n\n"
-        "Example:\n"
-        "  moestat simulate --data stats/ --seed 1 --json simulation.json");
+        "Example (the second command draws each scenario's timeline and table):\n"
+        "  moestat simulate --data stats/ --seed 1 --json simulation.json\n"
+        "  moestat report --simulation simulation.json --html simulation.html");
     return sub;
   }
 
