@@ -48,7 +48,7 @@ TEST(SimulateCli, PrintsTheComparisonAndWritesTimelines) {
   EXPECT_EQ(shift["name"], "shift");
   EXPECT_EQ(shift["phases"].size(), 2u);
   for (const nlohmann::json& policy : shift["policies"]) {
-    EXPECT_EQ(policy["block_balancedness"].size(), 1000u / 50u) << policy["policy"];
+    EXPECT_EQ(policy["block_balancedness"].size(), 1000u / 10u) << policy["policy"];
     double lost = policy["imbalance_seconds"].get<double>() + policy["move_seconds"].get<double>();
     EXPECT_NEAR(policy["lost_seconds"].get<double>(), lost, 1e-9);
   }

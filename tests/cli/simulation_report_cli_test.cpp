@@ -77,8 +77,8 @@ TEST(SimulationReportCli, DrawsTheSimulatorsTimelinesAsAPageAndSvg) {
   ASSERT_EQ(run.code, 0) << run.err;
   const std::string shift = read_whole_file(figures / "simulation_shift.svg");
   const std::string alternate = read_whole_file(figures / "simulation_alternate.svg");
-  EXPECT_TRUE(contains(shift, ">shift: balancedness served, per 50 passes</text>")) << shift;
-  EXPECT_TRUE(contains(alternate, ">alternate: balancedness served, per 50 passes</text>"));
+  EXPECT_TRUE(contains(shift, ">shift: balancedness served, per 10 passes</text>")) << shift;
+  EXPECT_TRUE(contains(alternate, ">alternate: balancedness served, per 10 passes</text>"));
   // The legend names every row of the simulator's table, and the page's tables show the
   // rows it printed: the same policy chosen for each, the same balancedness.
   const std::string html = read_whole_file(page);
