@@ -34,7 +34,7 @@ struct PolicyRoster {
 /// on the last 1000); with DeepSeek's planner, intervals of 250-4000 passes and thresholds
 /// 0.7-0.9 checked every 250 or 1000 passes; with few-copies replanning, an interval of 1000
 /// and thresholds 0.7 and 0.8 checked every 250; the advisor (seeded with `seed`,
-/// pricing time and moves as `cost`), every 250 passes on the last 500.
+/// pricing time and moves as `cost`), every 100 passes on the last 2000.
 PolicyRoster simulation_policies(std::uint64_t seed, const plan::ReplayCost& cost);
 
 }  // namespace moestat::cli
