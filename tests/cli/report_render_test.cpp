@@ -13,12 +13,15 @@
 #include <set>
 #include <string>
 
+#include "io/svg_elements.hpp"
 #include "io/test_support.hpp"
 
 namespace moestat {
 namespace {
 
+using test::charts_in;
 using test::ScratchDir;
+using test::text_of;
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -80,27 +83,6 @@ class ReportInChromium : public ::testing::Test {
 
   ScratchDir dir_;
 };
-
-/// The `<svg ...>...</svg>` elements of `dom` whose class is "chart".
-std::vector<std::string> charts_in(const std::string& dom) {
-  std::vector<std::string> out;
-  for (std::size_t at = dom.find("<svg "); at != std::string::npos;
-       at = dom.find("<svg ", at + 1)) {
-    const std::string svg = dom.substr(at, dom.find("</svg>", at) + 6 - at);
-    if (svg.substr(0, svg.find('>')).find("class=\"chart\"") != std::string::npos) {
-      out.push_back(svg);
-    }
-  }
-  return out;
-}
-
-/// The text of the first element of class `name` in `svg` ("" when there is none).
-std::string text_of(const std::string& svg, const std::string& name) {
-  const std::size_t at = svg.find("class=\"" + name + "\"");
-  if (at == std::string::npos) return "";
-  const std::size_t begin = svg.find('>', at) + 1;
-  return svg.substr(begin, svg.find('<', begin) - begin);
-}
 
 TEST_F(ReportInChromium, LoadsCleanlyWithEveryCellAndDrawsSomething) {
   const auto demo = dir_.path() / "demo";

@@ -9,19 +9,10 @@
 #include <sstream>
 
 #include "cli/cli_run.hpp"
+#include "cli/simulation_workloads.hpp"
 
 namespace moestat::test {
 namespace {
-
-/// Two layers (one dense) of 8 experts; `hot` experts get 20 times the others' load.
-void write_workload(const std::filesystem::path& path, std::initializer_list<int> hot) {
-  nlohmann::json counts = nlohmann::json::array();
-  counts.push_back(std::vector<int>(8, 0));
-  std::vector<int> row(8, 50);
-  for (int e : hot) row[std::size_t(e)] = 1000;
-  counts.push_back(row);
-  std::ofstream(path) << nlohmann::json{{"logical_count", counts}}.dump();
-}
 
 constexpr std::array<const char*, 6> kRows{"never",         "SGLang default", "vLLM default",
                                            "best interval", "best threshold", "advisor"};

@@ -25,11 +25,15 @@
 #include <sstream>
 #include <string>
 
+#include "io/svg_elements.hpp"
 #include "io/test_support.hpp"
 #include "report/ticks.hpp"
 
 namespace moestat {
 namespace {
+
+using test::charts_in;
+using test::text_of;
 
 using report::Options;
 using report::Recording;
@@ -340,28 +344,6 @@ TEST(Report, TicksAreRoundAndLabelsShort) {
             (std::vector<double>{2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6}));
   EXPECT_EQ(report::detail::log_ticks(1, 8, 8), (std::vector<double>{1, 2, 5}));
   EXPECT_EQ(report::detail::log_ticks(3, 4, 8), (std::vector<double>{3, 4}));
-}
-
-/// The `<svg ...>...</svg>` documents in `text` whose class is "chart".
-std::vector<std::string> charts_in(const std::string& text) {
-  std::vector<std::string> out;
-  for (std::size_t at = text.find("<svg "); at != std::string::npos;
-       at = text.find("<svg ", at + 1)) {
-    const std::size_t end = text.find("</svg>", at);
-    const std::string svg = text.substr(at, end + 6 - at);
-    if (svg.substr(0, svg.find('>')).find("class=\"chart\"") != std::string::npos) {
-      out.push_back(svg);
-    }
-  }
-  return out;
-}
-
-/// The text of the first `<text class="NAME" ...>TEXT</text>` in `svg`, or "".
-std::string text_of(const std::string& svg, const std::string& name) {
-  const std::size_t at = svg.find("class=\"" + name + "\"");
-  if (at == std::string::npos) return "";
-  const std::size_t begin = svg.find('>', at) + 1;
-  return svg.substr(begin, svg.find('<', begin) - begin);
 }
 
 TEST(Report, EveryFigureHasTitlesUnitsTicksAndALegend) {

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "io/svg_elements.hpp"
 #include "io/test_support.hpp"
 
 namespace moestat {
 namespace {
+
+using test::text_of;
 
 using nlohmann::json;
 
@@ -92,14 +95,6 @@ json simulation_document() {
 
 report::Simulation simulation() {
   return report::parse_simulation(simulation_document().dump(), "sim.json");
-}
-
-/// The text of the element with class `cls`.
-std::string text_of(const std::string& svg, const std::string& cls) {
-  const std::size_t at = svg.find("class=\"" + cls + "\"");
-  if (at == std::string::npos) return "";
-  const std::size_t begin = svg.find('>', at) + 1;
-  return svg.substr(begin, svg.find('<', begin) - begin);
 }
 
 /// The x of the x axis's tick labelled `label`; NaN when there is none.

@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "unit/expect_error.hpp"
+#include "unit/random_passes.hpp"
 
 namespace moestat {
 namespace {
 
 using record::CpuRecorder;
 
-constexpr std::int64_t kLayers = 3, kExperts = 4, kSlots = 6, kTopK = 2;
+using namespace test::random_passes;
 
 /// The naive reference: what gpu_loads_since must return for the read `passes`.
 GpuLoadsSince recompute(const PassesSince& passes, std::int64_t num_gpus) {
@@ -68,26 +69,6 @@ void expect_same_loads(const GpuLoadsSince& expected, const GpuLoadsSince& actua
   GpuLoadsSince same_balancedness = actual;
   same_balancedness.balancedness = expected.balancedness;
   EXPECT_EQ(same_balancedness, expected);
-}
-
-ModelTopology topology() {
-  ModelTopology topology = ModelTopology::uniform(kLayers, kExperts, kTopK);
-  topology.num_physical_experts = kSlots;
-  topology.ep_size = 2;
-  return topology;
-}
-
-/// One pass of `tokens` random ids (some -1, some out of range) on every layer.
-void run_pass(CpuRecorder& recorder, std::mt19937_64& rng, std::int64_t pass_id,
-              std::int64_t tokens) {
-  std::uniform_int_distribution<std::int64_t> id(-1, kSlots);
-  recorder.begin_pass(pass_id);
-  for (std::int64_t layer = 0; layer < kLayers; ++layer) {
-    std::vector<std::int64_t> ids(std::size_t(tokens * kTopK));
-    for (auto& value : ids) value = id(rng);
-    recorder.record_topk(layer, TensorView::contiguous(ids.data(), DType::kInt64, {tokens, kTopK}));
-  }
-  recorder.end_pass();
 }
 
 TEST(GpuLoadsSince, EqualsARecomputationFromPassesSince) {
