@@ -33,6 +33,7 @@ namespace moestat {
 namespace {
 
 using test::charts_in;
+using test::occurrences;
 using test::text_of;
 
 using report::Options;
@@ -52,15 +53,6 @@ Recording small_recording() {
                          0, 0, 0, 0, 2, 0, 1, 1, 3, 1, 1, 1}};
   r.metadata = {{"top_k", "2"}};
   return r;
-}
-
-std::size_t count(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(needle); at != std::string::npos;
-       at = text.find(needle, at + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 /// Prometheus samples by "name{labels}".
@@ -185,13 +177,13 @@ TEST(Report, PrometheusTextIsValidExposition) {
                 double(r.counts.totals()[std::size_t(layer * 4 + expert)]));
     }
   }
-  EXPECT_EQ(count(text, "moestat_expert_load{"), 8u);
+  EXPECT_EQ(occurrences(text, "moestat_expert_load{"), 8u);
 }
 
 TEST(Report, HtmlIsSelfContainedWithOneCellPerLayerAndExpert) {
   const Recording r = small_recording();
   const std::string html = report::render_html(r, {.num_gpus = 2});
-  EXPECT_EQ(count(html, "<rect class=\"cell\""), 12u);
+  EXPECT_EQ(occurrences(html, "<rect class=\"cell\""), 12u);
   EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
   EXPECT_NE(html.find("small &lt;test&gt;.json"), std::string::npos) << "source escaped";
   EXPECT_NE(html.find("id=\"pass-balancedness\""), std::string::npos);
@@ -364,7 +356,7 @@ TEST(Report, EveryFigureHasTitlesUnitsTicksAndALegend) {
     EXPECT_EQ(text_of(figure.svg, "chart-title"), figure.title);
     EXPECT_NE(text_of(figure.svg, "x-title"), "");
     EXPECT_NE(text_of(figure.svg, "y-title"), "");
-    EXPECT_GE(count(figure.svg, "class=\"legend-entry\""), 2u);
+    EXPECT_GE(occurrences(figure.svg, "class=\"legend-entry\""), 2u);
   }
   const auto svg_of = [&](const std::string& name) {
     return std::find_if(figures.begin(), figures.end(),
@@ -374,7 +366,7 @@ TEST(Report, EveryFigureHasTitlesUnitsTicksAndALegend) {
   // The heatmap: a cell per layer and expert, the dense layer named, a colour bar from 1 to
   // 8 assignments with a round tick between.
   const std::string heatmap = svg_of("heatmap");
-  EXPECT_EQ(count(heatmap, "<rect class=\"cell\""), 12u);
+  EXPECT_EQ(occurrences(heatmap, "<rect class=\"cell\""), 12u);
   EXPECT_NE(heatmap.find("layer 0: dense (no expert load)"), std::string::npos);
   const std::string bar = heatmap.substr(heatmap.find("class=\"colour-bar\""));
   for (const char* tick : {">1</text>", ">2</text>", ">5</text>"}) {
@@ -383,13 +375,13 @@ TEST(Report, EveryFigureHasTitlesUnitsTicksAndALegend) {
   EXPECT_EQ(text_of(heatmap, "colour-bar-title"), "token assignments (log scale)");
   // Per-GPU charts: a band per node; legends name every placement.
   const std::string gpu = svg_of("gpu-load");
-  EXPECT_EQ(count(gpu, "class=\"band\""), 2u);
+  EXPECT_EQ(occurrences(gpu, "class=\"band\""), 2u);
   EXPECT_NE(gpu.find(">node 1</text>"), std::string::npos);
   EXPECT_NE(gpu.find(">spread</text>"), std::string::npos);
   EXPECT_NE(gpu.find(">identity</text>"), std::string::npos);
   EXPECT_NE(text_of(gpu, "chart-title").find("held-out passes 1-1"), std::string::npos);
   // The split between planning and held-out passes, and the dense layer, are marked.
-  EXPECT_EQ(count(svg_of("pass-balancedness"), "class=\"marker\""), 1u);
+  EXPECT_EQ(occurrences(svg_of("pass-balancedness"), "class=\"marker\""), 1u);
   EXPECT_NE(svg_of("layer-balancedness").find(">dense</text>"), std::string::npos);
   // The page embeds the very same documents.
   const std::string html = report::render_html(r, options);
@@ -526,7 +518,7 @@ TEST(Report, LoadsSnapshotsOfEveryMode) {
     const std::vector<std::int64_t> totals = r.counts.totals();
     EXPECT_EQ(std::vector<std::int64_t>(totals.begin() + 4, totals.end()), layer1);
     EXPECT_EQ(r.num_passes(), mode == RecordMode::kStat || mode == RecordMode::kPerPass ? 2 : 0);
-    EXPECT_EQ(count(report::render_html(r, {.num_gpus = 2}), "<rect class=\"cell\""), 8u);
+    EXPECT_EQ(occurrences(report::render_html(r, {.num_gpus = 2}), "<rect class=\"cell\""), 8u);
   }
 }
 

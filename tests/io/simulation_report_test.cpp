@@ -16,18 +16,10 @@
 namespace moestat {
 namespace {
 
+using test::occurrences;
 using test::text_of;
 
 using nlohmann::json;
-
-std::size_t count(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(needle); at != std::string::npos;
-       at = text.find(needle, at + 1)) {
-    ++n;
-  }
-  return n;
-}
 
 /// A policy's replay as the simulator writes it: a flat timeline at `level`, a rebalance
 /// (of 10 experts, 0.1 s) at each of `passes`.
@@ -150,14 +142,14 @@ TEST(SimulationReport, TimelineHasTitlesLegendRebalancesAndPhases) {
   }
   // A dot per rebalance of a shown policy (not the unshown interval's at pass 250); the
   // advisor's larger, and its line drawn last, over the others.
-  EXPECT_EQ(count(svg, "class=\"mark\""), 6u);
-  EXPECT_EQ(count(svg, "r=\"4.5\""), 2u);
+  EXPECT_EQ(occurrences(svg, "class=\"mark\""), 6u);
+  EXPECT_EQ(occurrences(svg, "r=\"4.5\""), 2u);
   EXPECT_EQ(svg.find("pass 250"), std::string::npos);
   EXPECT_NE(svg.find("advisor every 250: rebalanced at pass 800, 10 experts moved"),
             std::string::npos);
   EXPECT_GT(svg.rfind("class=\"series emphasised\""), svg.rfind("<g class=\"series\""));
   // The phases as bands named by their workload, the boundary at pass 500 of 1000.
-  EXPECT_EQ(count(svg, "<g class=\"band\">"), 2u);
+  EXPECT_EQ(occurrences(svg, "<g class=\"band\">"), 2u);
   EXPECT_NE(svg.find(">b</text>"), std::string::npos);
   const double x0 = x_tick(svg, "0"), x1000 = x_tick(svg, "1k");
   ASSERT_TRUE(std::isfinite(x0) && std::isfinite(x1000)) << svg;
@@ -171,7 +163,7 @@ TEST(SimulationReport, TimelineHasTitlesLegendRebalancesAndPhases) {
   for (std::size_t i = 0; i < at.size(); ++i) {
     EXPECT_NEAR(at[i], a0 + (a1000 - a0) * 0.25 * double(i + 1), 0.1) << i;
   }
-  EXPECT_EQ(count(alternate, "class=\"mark\""), 1u);
+  EXPECT_EQ(occurrences(alternate, "class=\"mark\""), 1u);
 }
 
 TEST(SimulationReport, PageHoldsEveryTimelineAndTable) {
@@ -182,7 +174,7 @@ TEST(SimulationReport, PageHoldsEveryTimelineAndTable) {
   for (const report::Figure& figure : report::render_simulation_figures(s)) {
     EXPECT_NE(html.find(figure.svg), std::string::npos) << figure.name;
   }
-  EXPECT_EQ(count(html, "<table class=\"policies\">"), 2u);
+  EXPECT_EQ(occurrences(html, "<table class=\"policies\">"), 2u);
   EXPECT_NE(html.find("<td>best interval</td><td>every 500 (window 500)</td><td>0.7500</td>"
                       "<td>2</td><td>20</td><td>6.80</td><td>0.20</td><td>7.00</td>"),
             std::string::npos)

@@ -1,5 +1,5 @@
-// Reading the report's SVG in tests: the chart documents of a page and the text of an
-// element found by its class.
+// Reading the report's text in tests: the chart documents of a page, the text of an element
+// found by its class, how often a piece of markup occurs.
 #pragma once
 
 #include <string>
@@ -27,6 +27,16 @@ inline std::string text_of(const std::string& svg, const std::string& name) {
   if (at == std::string::npos) return "";
   const std::size_t begin = svg.find('>', at) + 1;
   return svg.substr(begin, svg.find('<', begin) - begin);
+}
+
+/// How many times `needle` occurs in `text` (overlapping occurrences counted).
+inline std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace moestat::test
