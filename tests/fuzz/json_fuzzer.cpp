@@ -1,11 +1,10 @@
 // libFuzzer target: the JSON readers (snapshot, counts with and without fractions, placement,
-// detection, a rebalance simulation and its page).
+// detection). A rebalance simulation has a target of its own (simulation_fuzzer.cpp).
 // Any input must read or throw moestat::Error.
 #include <moestat/error.hpp>
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/document.hpp>
 #include <moestat/io/placement_json.hpp>
-#include <moestat/report/simulation.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -23,10 +22,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     (void)moestat::io::logical_counts_from_json(text, moestat::io::Fractions::kKeep);
-  } catch (const moestat::Error&) {
-  }
-  try {
-    (void)moestat::report::render_simulation_html(moestat::report::parse_simulation(text, "x"));
   } catch (const moestat::Error&) {
   }
   return 0;

@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets with moestat's own writers:
-// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,trace}/ with small valid files.
+// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,simulation,trace}/ with small valid
+// files.
 // (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
 // The pt corpus also holds the bare pickles of its files, for the unpickler, and every corpus
 // the reproductions of the hostile-input findings of issue 14.
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::filesystem::path dir = argv[1];
-    for (const char* sub : {"pt", "safetensors", "json", "trace"}) {
+    for (const char* sub : {"pt", "safetensors", "json", "simulation", "trace"}) {
       std::filesystem::create_directories(dir / sub);
     }
     const Placement placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
     }
     // A rebalance simulation as `moestat simulate --json` writes it: two phases, a rebalance.
     io::write_file_atomically(
-        dir / "json" / "simulation.json",
+        dir / "simulation" / "simulation.json",
         R"({"scenarios": [{"name": "shift", "description": "a, then b", "num_passes": 100,)"
         R"( "block_passes": 50, "phases": [{"workload": "a.json", "num_passes": 60},)"
         R"( {"workload": "b.json", "num_passes": 40}], "policies": [{"policy": "advisor",)"
