@@ -58,18 +58,6 @@ void validate_options(const AdvisorOptions& options) {
                 "advisor: scenarios per plan must be at least 1, got {}", options.max_scenarios);
 }
 
-/// Passes of `window` that carry any load, oldest first.
-std::vector<std::int64_t> loaded_passes(const CountWindow& window) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t pass = 0; pass < window.window_size; ++pass) {
-    const ExpertLoads loads = loads_of(window, pass, pass + 1);
-    if (std::any_of(loads.values.begin(), loads.values.end(), [](double v) { return v > 0.0; })) {
-      out.push_back(pass);
-    }
-  }
-  return out;
-}
-
 /// `passes` of `window`, in the order given, as a window of their own.
 CountWindow selected(const CountWindow& window, std::span<const std::int64_t> passes) {
   CountWindow out{.window_size = 0,
@@ -109,14 +97,14 @@ Traffic traffic_to_plan_for(const CountWindow& window, const std::vector<std::in
   std::vector<std::int64_t> numbers;  // of out.regimes' regimes, in order of appearance
   for (std::size_t k = start; k < found.segments.size(); ++k) {
     const RegimeSegment& segment = found.segments[k];
-    const auto known = std::find(numbers.begin(), numbers.end(), segment.regime);
-    if (known == numbers.end()) {
+    const auto index =
+        std::size_t(std::find(numbers.begin(), numbers.end(), segment.regime) - numbers.begin());
+    if (index == numbers.size()) {
       numbers.push_back(segment.regime);
       out.regimes.emplace_back();
     }
-    std::vector<std::int64_t>& group = out.regimes[std::size_t(
-        std::find(numbers.begin(), numbers.end(), segment.regime) - numbers.begin())];
-    group.insert(group.end(), segment.passes.begin(), segment.passes.end());
+    out.regimes[index].insert(out.regimes[index].end(), segment.passes.begin(),
+                              segment.passes.end());
   }
   return out;
 }
@@ -167,6 +155,13 @@ double move_seconds(const MoveCost& cost, std::int64_t moved, std::int64_t max_p
   return transfer + cost.seconds_per_expert * double(moved);
 }
 
+/// The best candidate lifts served balancedness by at least the floor the advisor acts on.
+bool lifts_enough(const RebalanceAdvice& advice, const AdvisorOptions& options) {
+  const RebalanceCandidate& best = advice.candidates[std::size_t(advice.best)];
+  return best.balancedness_after.value - advice.balancedness_now.value >=
+         options.min_balancedness_gain;
+}
+
 std::string reason_for(const RebalanceAdvice& advice, const AdvisorOptions& options) {
   if (advice.best < 0) return "keep the placement: no candidate plans were asked for";
   const RebalanceCandidate& best = advice.candidates[std::size_t(advice.best)];
@@ -186,9 +181,7 @@ std::string reason_for(const RebalanceAdvice& advice, const AdvisorOptions& opti
                                       best.net_gain_seconds.value, 100.0 * options.confidence,
                                       best.net_gain_seconds.low, best.net_gain_seconds.high);
   if (advice.rebalance) return fmt::format("rebalance: {}, {}", plan, net);
-  if (best.net_gain_seconds.value > 0.0 &&
-      best.balancedness_after.value - advice.balancedness_now.value <
-          options.min_balancedness_gain) {
+  if (best.net_gain_seconds.value > 0.0 && !lifts_enough(advice, options)) {
     return fmt::format(
         "keep the placement: {}, {}; a lift below {:g} in balancedness is within what a plan "
         "fitted to noise shows",
@@ -296,9 +289,7 @@ RebalanceAdvice advise_rebalance(const Placement& current, const CountWindow& re
     const RebalanceCandidate& best = advice.candidates[std::size_t(advice.best)];
     const double decisive =
         options.require_confident_gain ? best.net_gain_seconds.low : best.net_gain_seconds.value;
-    advice.rebalance = best.moved_experts > 0 && decisive > 0.0 &&
-                       best.balancedness_after.value - advice.balancedness_now.value >=
-                           options.min_balancedness_gain;
+    advice.rebalance = best.moved_experts > 0 && decisive > 0.0 && lifts_enough(advice, options);
     if (advice.rebalance) {
       advice.placement = best.placement;
       advice.moves = std::move(moves[std::size_t(advice.best)]);

@@ -73,6 +73,17 @@ ExpertLoads equal_weight_sum(std::span<const ExpertLoads> scenarios) {
   return out;
 }
 
+std::vector<std::int64_t> loaded_passes(const CountWindow& window) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t pass = 0; pass < window.window_size; ++pass) {
+    const ExpertLoads loads = loads_of(window, pass, pass + 1);
+    if (std::any_of(loads.values.begin(), loads.values.end(), [](double v) { return v > 0.0; })) {
+      out.push_back(pass);
+    }
+  }
+  return out;
+}
+
 std::vector<ExpertLoads> window_scenarios(const CountWindow& window, std::int64_t max_groups) {
   std::vector<ExpertLoads> loaded;
   std::vector<double> mass;

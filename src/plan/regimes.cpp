@@ -18,51 +18,12 @@ void add_into(ExpertLoads& sum, const ExpertLoads& loads) {
   for (std::size_t i = 0; i < sum.values.size(); ++i) sum.values[i] += loads.values[i];
 }
 
-bool has_load(const ExpertLoads& loads) {
-  return std::any_of(loads.values.begin(), loads.values.end(), [](double v) { return v > 0.0; });
-}
-
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   const auto middle = values.begin() + std::ptrdiff_t(values.size() / 2);
   std::nth_element(values.begin(), middle, values.end());
   return *middle;
 }
-
-}  // namespace
-
-bool Regimes::current_recurs() const { return cycle_start() + 1 < segments.size(); }
-
-std::size_t Regimes::cycle_start() const {
-  if (segments.empty()) return 0;
-  const std::int64_t now = segments.back().regime;
-  for (std::size_t k = 0; k < segments.size(); ++k) {
-    if (segments[k].regime == now) return k;
-  }
-  return segments.size() - 1;
-}
-
-double mix_distance(const ExpertLoads& a, const ExpertLoads& b) {
-  MOESTAT_CHECK(a.num_layers == b.num_layers && a.num_experts == b.num_experts,
-                "mixes of different shapes: [{}, {}] and [{}, {}]", a.num_layers, a.num_experts,
-                b.num_layers, b.num_experts);
-  double sum = 0.0;
-  std::int64_t layers = 0;
-  for (std::int64_t layer = 0; layer < a.num_layers; ++layer) {
-    const double total_a = a.layer_total(layer), total_b = b.layer_total(layer);
-    if (total_a <= 0.0 || total_b <= 0.0) continue;
-    const auto row_a = a.row(layer), row_b = b.row(layer);
-    double moved = 0.0;
-    for (std::size_t e = 0; e < row_a.size(); ++e) {
-      moved += std::abs(row_a[e] / total_a - row_b[e] / total_b);
-    }
-    sum += 0.5 * moved;
-    ++layers;
-  }
-  return layers == 0 ? 0.0 : sum / double(layers);
-}
-
-namespace {
 
 /// Consecutive loaded passes summed: what the cut compares.
 struct Chunk {
@@ -76,12 +37,10 @@ std::vector<Chunk> chunks_of(const CountWindow& window, const std::vector<std::i
                              std::size_t size) {
   std::vector<Chunk> out;
   for (std::size_t end = loaded.size(); end > 0; end -= std::min(end, size)) {
-    Chunk chunk;
-    for (std::size_t i = end - std::min(end, size); i < end; ++i) {
-      chunk.passes.push_back(loaded[i]);
-      add_into(chunk.loads, loads_of(window, loaded[i], loaded[i] + 1));
-    }
-    out.push_back(std::move(chunk));
+    const auto first = loaded.begin() + std::ptrdiff_t(end - std::min(end, size));
+    const auto last = loaded.begin() + std::ptrdiff_t(end);
+    // The passes between loaded ones are empty: the range's sum is the chunk's.
+    out.push_back({.passes = {first, last}, .loads = loads_of(window, *first, *(last - 1) + 1)});
   }
   std::reverse(out.begin(), out.end());
   return out;
@@ -136,16 +95,44 @@ constexpr std::size_t kMinChunks = 6;
 
 }  // namespace
 
+bool Regimes::current_recurs() const { return cycle_start() + 1 < segments.size(); }
+
+std::size_t Regimes::cycle_start() const {
+  if (segments.empty()) return 0;
+  const std::int64_t now = segments.back().regime;
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    if (segments[k].regime == now) return k;
+  }
+  return segments.size() - 1;
+}
+
+double mix_distance(const ExpertLoads& a, const ExpertLoads& b) {
+  MOESTAT_CHECK(a.num_layers == b.num_layers && a.num_experts == b.num_experts,
+                "mixes of different shapes: [{}, {}] and [{}, {}]", a.num_layers, a.num_experts,
+                b.num_layers, b.num_experts);
+  double sum = 0.0;
+  std::int64_t layers = 0;
+  for (std::int64_t layer = 0; layer < a.num_layers; ++layer) {
+    const double total_a = a.layer_total(layer), total_b = b.layer_total(layer);
+    if (total_a <= 0.0 || total_b <= 0.0) continue;
+    const auto row_a = a.row(layer), row_b = b.row(layer);
+    double moved = 0.0;
+    for (std::size_t e = 0; e < row_a.size(); ++e) {
+      moved += std::abs(row_a[e] / total_a - row_b[e] / total_b);
+    }
+    sum += 0.5 * moved;
+    ++layers;
+  }
+  return layers == 0 ? 0.0 : sum / double(layers);
+}
+
 Regimes find_regimes(const CountWindow& window, const RegimeOptions& options) {
   window.validate("the window");
   MOESTAT_CHECK(std::isfinite(options.noise_multiple) && options.noise_multiple > 0.0,
                 "regimes: the noise multiple must be positive, got {}", options.noise_multiple);
   MOESTAT_CHECK(options.min_distance >= 0.0 && options.min_distance <= 1.0,
                 "regimes: the minimum distance must be in [0, 1], got {}", options.min_distance);
-  std::vector<std::int64_t> loaded;
-  for (std::int64_t pass = 0; pass < window.window_size; ++pass) {
-    if (has_load(loads_of(window, pass, pass + 1))) loaded.push_back(pass);
-  }
+  const std::vector<std::int64_t> loaded = loaded_passes(window);
   Regimes out;
   if (loaded.empty()) return out;
 

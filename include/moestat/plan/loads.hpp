@@ -37,6 +37,9 @@ ExpertLoads loads_of(const CountWindow& window, std::int64_t first, std::int64_t
 /// The whole window summed.
 ExpertLoads loads_of(const CountWindow& window);
 
+/// Indices of the window's passes that carry any load, oldest first.
+std::vector<std::int64_t> loaded_passes(const CountWindow& window);
+
 /// The window's non-empty passes merged into at most `max_groups` scenarios of consecutive
 /// passes, each holding about an equal share of the window's assignments (a pass larger
 /// than a share stays whole), so a window of a few large and many small passes becomes a
