@@ -6,6 +6,7 @@
 #include <memory>
 #include <moestat/error.hpp>
 #include <moestat/plan/replay.hpp>
+#include <optional>
 
 namespace moestat::plan {
 namespace {
@@ -79,6 +80,23 @@ CountWindow window_of(const std::deque<std::vector<std::int64_t>>& ring, std::in
 }
 
 }  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> comparison_rows(
+    std::span<const std::string> roles, std::span<const double> lost_seconds) {
+  MOESTAT_CHECK(roles.size() == lost_seconds.size(),
+                "a comparison needs one role per policy: {} roles for {} policies", roles.size(),
+                lost_seconds.size());
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t row = 0; row < kComparisonRows.size(); ++row) {
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < roles.size(); ++i) {
+      if (roles[i] != kComparisonRows[row].role) continue;
+      if (!best || lost_seconds[i] < lost_seconds[*best]) best = i;
+    }
+    if (best) out.emplace_back(row, *best);
+  }
+  return out;
+}
 
 ServedBalance served_balance(const ExpertLoads& pass, const Placement& placement,
                              std::int64_t num_gpus) {

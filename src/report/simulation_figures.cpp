@@ -3,11 +3,9 @@
 // line, the phases of the traffic as bands.
 #include <fmt/format.h>
 
-#include <array>
 #include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/report/simulation.hpp>
-#include <optional>
 #include <utility>
 
 #include "chart.hpp"
@@ -16,36 +14,18 @@
 namespace moestat::report {
 namespace {
 
-/// The table's rows by role, in order: the rows PolicyRoster::shown gives `moestat
-/// simulate`'s table (tools/moestat/simulate_policies.cpp), chosen here from the JSON;
-/// tests/cli/simulation_report_cli_test.cpp checks that the two agree.
-struct Row {
-  std::string_view role, label;
-};
-constexpr std::array<Row, 6> kRows{{{"never", "never"},
-                                    {"sglang-default", "SGLang default"},
-                                    {"vllm-default", "vLLM default"},
-                                    {"interval", "best interval"},
-                                    {"threshold", "best threshold"},
-                                    {"advisor", "advisor"}}};
 constexpr std::string_view kEmphasisedRole = "advisor";
 
-/// (row of kRows, index into scenario.policies) of each row shown: per role, the policy
-/// with the fewest lost seconds (the tuned grids have several; the first on a tie).
+/// (row of plan::kComparisonRows, index into scenario.policies) of each row shown, as
+/// `moestat simulate` chooses its table's rows.
 std::vector<std::pair<std::size_t, std::size_t>> shown_rows(const SimulatedScenario& scenario) {
-  std::vector<std::pair<std::size_t, std::size_t>> out;
-  for (std::size_t row = 0; row < kRows.size(); ++row) {
-    std::optional<std::size_t> best;
-    for (std::size_t i = 0; i < scenario.policies.size(); ++i) {
-      if (scenario.policies[i].role != kRows[row].role) continue;
-      if (!best || scenario.policies[i].replay.lost_seconds() <
-                       scenario.policies[*best].replay.lost_seconds()) {
-        best = i;
-      }
-    }
-    if (best) out.emplace_back(row, *best);
+  std::vector<std::string> roles;
+  std::vector<double> lost;
+  for (const SimulatedPolicy& policy : scenario.policies) {
+    roles.push_back(policy.role);
+    lost.push_back(policy.replay.lost_seconds());
   }
-  return out;
+  return plan::comparison_rows(roles, lost);
 }
 
 /// A workload's name without its file extension: what the phase's band is labelled.
@@ -80,7 +60,7 @@ detail::Chart timeline_chart(const SimulatedScenario& scenario) {
   for (const auto& [row, index] : shown_rows(scenario)) {
     const SimulatedPolicy& policy = scenario.policies[index];
     // A role keeps its colour whatever else was replayed: never grey, then the palette.
-    detail::Series series{.name = std::string(kRows[row].label),
+    detail::Series series{.name = std::string(plan::kComparisonRows[row].label),
                           .colour = detail::colour_of(row),
                           .values = policy.replay.block_balancedness,
                           .emphasised = policy.role == kEmphasisedRole};
@@ -101,7 +81,7 @@ detail::Chart timeline_chart(const SimulatedScenario& scenario) {
 std::vector<ShownPolicy> SimulatedScenario::shown() const {
   std::vector<ShownPolicy> out;
   for (const auto& [row, index] : shown_rows(*this)) {
-    out.push_back({index, std::string(kRows[row].label)});
+    out.push_back({index, std::string(plan::kComparisonRows[row].label)});
   }
   return out;
 }

@@ -280,6 +280,20 @@ TEST(Replay, PoliciesSeeTheirWindowOfTheDrawnPasses) {
   EXPECT_NEAR(r[1].block_balancedness.back(), block_b.back() * 50.0 / 20.0, 1e-12);
 }
 
+TEST(Replay, AComparisonShowsEachRolesPolicyWithTheFewestLostSeconds) {
+  const std::vector<std::string> roles = {"threshold", "advisor",   "threshold",
+                                          "never",     "threshold", "interval"};
+  const std::vector<double> lost = {5.0, 4.0, 3.0, 9.0, 3.0, 6.0};
+  using Rows = std::vector<std::pair<std::size_t, std::size_t>>;
+  // In kComparisonRows' order; the defaults were not replayed; the first of two equal
+  // thresholds.
+  EXPECT_EQ(plan::comparison_rows(roles, lost), (Rows{{0, 3}, {3, 5}, {4, 2}, {5, 1}}));
+  EXPECT_EQ(plan::kComparisonRows[4].label, "best threshold");
+  EXPECT_TRUE(plan::comparison_rows({}, {}).empty());
+  EXPECT_MOESTAT_ERROR(plan::comparison_rows(roles, std::vector<double>{1.0}),
+                       "6 roles for 1 policies");
+}
+
 TEST(Replay, IsDeterministicForASeed) {
   const plan::TrafficScenario s{
       .name = "shift", .phases = {phase("spread", kSpread, 300), phase("piled", kPiled, 700)}};

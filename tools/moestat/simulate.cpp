@@ -80,7 +80,7 @@ class SimulateCommand final : public Command {
                     "Replay only this family of policies (never, sglang-default, vllm-default, "
                     "interval, threshold, advisor); repeat for several. Every pass is drawn as in "
                     "a full run, so the rows replayed are the same as there")
-        ->check(CLI::IsMember(kPolicyRoles));
+        ->check(CLI::IsMember(policy_roles()));
     sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);

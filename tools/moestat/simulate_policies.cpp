@@ -5,6 +5,12 @@
 
 namespace moestat::cli {
 
+std::vector<std::string> policy_roles() {
+  std::vector<std::string> out;
+  for (const plan::ComparisonRow& row : plan::kComparisonRows) out.emplace_back(row.role);
+  return out;
+}
+
 PolicyRoster simulation_policies(std::uint64_t seed, const plan::ReplayCost& cost) {
   using plan::Replanner;
   PolicyRoster roster;
@@ -62,26 +68,11 @@ PolicyRoster PolicyRoster::only(const std::vector<std::string>& wanted) && {
 
 std::vector<std::pair<std::size_t, std::string>> PolicyRoster::shown(
     const std::vector<plan::PolicyReplay>& results) const {
+  std::vector<double> lost;
+  for (const plan::PolicyReplay& r : results) lost.push_back(r.lost_seconds());
   std::vector<std::pair<std::size_t, std::string>> rows;
-  auto best_of = [&](const std::string& role) {
-    std::size_t best = results.size();
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      if (roles[i] != role) continue;
-      if (best == results.size() || results[i].lost_seconds() < results[best].lost_seconds()) {
-        best = i;
-      }
-    }
-    return best;
-  };
-  const std::pair<const char*, const char*> table[] = {{"never", "never"},
-                                                       {"sglang-default", "SGLang default"},
-                                                       {"vllm-default", "vLLM default"},
-                                                       {"interval", "best interval"},
-                                                       {"threshold", "best threshold"},
-                                                       {"advisor", "advisor"}};
-  for (const auto& [role, label] : table) {
-    const std::size_t i = best_of(role);
-    if (i < results.size()) rows.emplace_back(i, label);
+  for (const auto& [row, policy] : plan::comparison_rows(roles, lost)) {
+    rows.emplace_back(policy, std::string(plan::kComparisonRows[row].label));
   }
   return rows;
 }

@@ -11,9 +11,8 @@
 
 namespace moestat::cli {
 
-/// The roles of the policies, as PolicyRoster::roles names them.
-inline const std::vector<std::string> kPolicyRoles = {"never",    "sglang-default", "vllm-default",
-                                                      "interval", "threshold",      "advisor"};
+/// The roles of the policies, as PolicyRoster::roles names them (plan::kComparisonRows').
+std::vector<std::string> policy_roles();
 
 struct PolicyRoster {
   std::vector<std::unique_ptr<plan::RebalancePolicy>> policies;

@@ -8,6 +8,7 @@
 //   // r[i].mean_balancedness, r[i].moved_experts, r[i].lost_seconds()
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <moestat/placement.hpp>
@@ -17,6 +18,7 @@
 #include <moestat/plan/traffic.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moestat::plan {
@@ -70,6 +72,28 @@ struct PolicyReplay {
   /// The combined score: time lost to imbalance and to moves (lower is better).
   double lost_seconds() const noexcept { return imbalance_seconds + move_seconds; }
 };
+
+/// A row of a comparison of rebalancing policies: the family its policy belongs to (the role
+/// `moestat simulate --policy` and its JSON name) and the label the row shows.
+struct ComparisonRow {
+  std::string_view role;
+  std::string_view label;
+};
+/// The rows `moestat simulate` prints and its timelines draw, in order.
+inline constexpr std::array<ComparisonRow, 6> kComparisonRows{{{"never", "never"},
+                                                               {"sglang-default", "SGLang default"},
+                                                               {"vllm-default", "vLLM default"},
+                                                               {"interval", "best interval"},
+                                                               {"threshold", "best threshold"},
+                                                               {"advisor", "advisor"}}};
+
+/// The rows of a comparison: for each of kComparisonRows whose role some policy has
+/// (`roles[i]` is policy i's, `lost_seconds[i]` its PolicyReplay::lost_seconds), in that
+/// order, (the row's index in kComparisonRows, the policy of that role with the fewest lost
+/// seconds, the first on a tie). The grids hold several policies of a role; a role no policy
+/// has is left out. moestat::Error when the two spans differ in length.
+std::vector<std::pair<std::size_t, std::size_t>> comparison_rows(
+    std::span<const std::string> roles, std::span<const double> lost_seconds);
 
 /// Replays `scenario` (drawn with `options.seed`) from `initial` under every policy, all on
 /// the same passes. Each pass is served under each policy's placement in force; after it,
