@@ -12,7 +12,18 @@
 namespace moestat {
 
 /// Element types moestat reads and writes.
-enum class DType : std::uint8_t { kInt32, kInt64, kFloat32, kFloat64, kBool };
+// kUInt8, kInt16 and kUInt16 hold routed expert ids (moestat/routes): the narrowest type
+// that fits a model's experts. Appended, so the values of the others stay what they were.
+enum class DType : std::uint8_t {
+  kInt32,
+  kInt64,
+  kFloat32,
+  kFloat64,
+  kBool,
+  kUInt8,
+  kInt16,
+  kUInt16
+};
 
 std::string_view dtype_name(DType dtype) noexcept;
 std::size_t dtype_size(DType dtype) noexcept;

@@ -25,9 +25,14 @@ DType dtype_of(const nb::dlpack::dtype& dtype, std::string_view what) {
     if (code == nb::dlpack::dtype_code::Float && dtype.bits == 32) return DType::kFloat32;
     if (code == nb::dlpack::dtype_code::Float && dtype.bits == 64) return DType::kFloat64;
     if (code == nb::dlpack::dtype_code::Bool && dtype.bits == 8) return DType::kBool;
+    if (code == nb::dlpack::dtype_code::UInt && dtype.bits == 8) return DType::kUInt8;
+    if (code == nb::dlpack::dtype_code::Int && dtype.bits == 16) return DType::kInt16;
+    if (code == nb::dlpack::dtype_code::UInt && dtype.bits == 16) return DType::kUInt16;
   }
-  MOESTAT_FAIL("{}: dtype {} is not supported (int32, int64, float32, float64 or bool)", what,
-               dtype_name_of(dtype));
+  MOESTAT_FAIL(
+      "{}: dtype {} is not supported (int32, int64, float32, float64, bool, uint8, "
+      "int16 or uint16)",
+      what, dtype_name_of(dtype));
 }
 
 Device device_of(const AnyArray& array, std::string_view what) {
@@ -95,6 +100,15 @@ std::vector<double> doubles_of(const AnyArray& array, std::string_view what,
         break;
       case DType::kBool:
         values.push_back(*item != 0 ? 1.0 : 0.0);
+        break;
+      case DType::kUInt8:
+        values.push_back(double(*item));
+        break;
+      case DType::kInt16:
+        values.push_back(double(*reinterpret_cast<const std::int16_t*>(item)));
+        break;
+      case DType::kUInt16:
+        values.push_back(double(*reinterpret_cast<const std::uint16_t*>(item)));
         break;
     }
     for (int axis = view.dim() - 1; axis >= 0; --axis) {

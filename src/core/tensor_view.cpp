@@ -15,6 +15,12 @@ std::string_view dtype_name(DType dtype) noexcept {
       return "float64";
     case DType::kBool:
       return "bool";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt16:
+      return "int16";
+    case DType::kUInt16:
+      return "uint16";
   }
   return "unknown";
 }
@@ -30,7 +36,11 @@ std::size_t dtype_size(DType dtype) noexcept {
     case DType::kFloat64:
       return 8;
     case DType::kBool:
+    case DType::kUInt8:
       return 1;
+    case DType::kInt16:
+    case DType::kUInt16:
+      return 2;
   }
   return 0;
 }
@@ -130,6 +140,18 @@ std::int64_t TensorView::int_at(std::initializer_list<std::int64_t> index) const
     }
     case DType::kBool:
       return *bytes != 0 ? 1 : 0;
+    case DType::kUInt8:
+      return *bytes;
+    case DType::kInt16: {
+      std::int16_t value;
+      std::memcpy(&value, bytes, sizeof value);
+      return value;
+    }
+    case DType::kUInt16: {
+      std::uint16_t value;
+      std::memcpy(&value, bytes, sizeof value);
+      return value;
+    }
     case DType::kFloat32:
     case DType::kFloat64:
       break;

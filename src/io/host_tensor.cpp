@@ -2,6 +2,20 @@
 #include <moestat/io/host_tensor.hpp>
 
 namespace moestat::io {
+namespace {
+
+template <typename T>
+std::vector<std::int64_t> widened(const std::vector<std::byte>& data) {
+  std::vector<std::int64_t> out(data.size() / sizeof(T));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    T value;
+    std::memcpy(&value, data.data() + i * sizeof(T), sizeof(T));
+    out[i] = value;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::int64_t HostTensor::numel() const noexcept {
   std::int64_t count = 1;
@@ -21,10 +35,13 @@ std::vector<std::int64_t> HostTensor::to_int64() const {
       const std::vector<std::int32_t> narrow = values<std::int32_t>();
       return {narrow.begin(), narrow.end()};
     }
-    case DType::kBool: {
-      const std::vector<std::uint8_t> flags = values<std::uint8_t>();
-      return {flags.begin(), flags.end()};
-    }
+    case DType::kBool:
+    case DType::kUInt8:
+      return widened<std::uint8_t>(data);
+    case DType::kInt16:
+      return widened<std::int16_t>(data);
+    case DType::kUInt16:
+      return widened<std::uint16_t>(data);
     case DType::kFloat32:
     case DType::kFloat64:
       break;

@@ -23,8 +23,15 @@ std::string_view storage_class(DType dtype) {
       return "DoubleStorage";
     case DType::kBool:
       return "BoolStorage";
+    case DType::kUInt8:
+      return "ByteStorage";
+    case DType::kInt16:
+      return "ShortStorage";
+    case DType::kUInt16:
+      break;
   }
-  return "?";
+  MOESTAT_FAIL("a .pt file cannot hold a {} tensor (torch has no legacy storage class of it)",
+               dtype_name(dtype));
 }
 
 class Pickler {

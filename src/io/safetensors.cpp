@@ -28,13 +28,19 @@ std::string_view safetensors_dtype(DType dtype) {
       return "F64";
     case DType::kBool:
       return "BOOL";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kInt16:
+      return "I16";
+    case DType::kUInt16:
+      return "U16";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType dtype :
-       {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64, DType::kBool}) {
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64, DType::kBool,
+                      DType::kUInt8, DType::kInt16, DType::kUInt16}) {
     if (safetensors_dtype(dtype) == name) return dtype;
   }
   return std::nullopt;

@@ -103,6 +103,8 @@ std::optional<DType> storage_class_dtype(std::string_view name) {
   if (name == "FloatStorage") return DType::kFloat32;
   if (name == "DoubleStorage") return DType::kFloat64;
   if (name == "BoolStorage") return DType::kBool;
+  if (name == "ByteStorage") return DType::kUInt8;
+  if (name == "ShortStorage") return DType::kInt16;
   return std::nullopt;
 }
 

@@ -110,7 +110,7 @@ def test_bad_input_raises_moestat_error_naming_the_problem():
         recorder.record_topk(7, ids)
     with pytest.raises(moestat.Error, match="dense"):
         recorder.record_topk(0, ids)
-    with pytest.raises(moestat.Error, match="dtype uint8"):
+    with pytest.raises(moestat.Error, match="must be int32 or int64, got uint8"):
         recorder.record_topk(1, ids.astype(np.uint8))
     with pytest.raises(moestat.Error, match="negative stride"):
         recorder.record_topk(1, ids[::-1])
