@@ -10,14 +10,15 @@ set(MOESTAT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/moestat)
 # cpp-httplib only when
 # the component that links it is asked for.
 install(TARGETS moestat moestat_core moestat_record_cpu moestat_io moestat_plan moestat_report
-                moestat_online moestat_dist
+                moestat_online moestat_dist moestat_routes
         EXPORT moestatTargets FILE_SET HEADERS)
 install(EXPORT moestatTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 set(MOESTAT_BUILT_COMPONENTS "")
 if(TARGET moestat_record_cuda)
   list(APPEND MOESTAT_BUILT_COMPONENTS cuda)
   install(TARGETS moestat_cuda_support EXPORT moestatCudaTargets)
-  install(TARGETS moestat_record_cuda EXPORT moestatCudaTargets FILE_SET HEADERS)
+  install(TARGETS moestat_record_cuda moestat_routes_cuda EXPORT moestatCudaTargets
+          FILE_SET HEADERS)
   install(EXPORT moestatCudaTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 endif()
 if(TARGET moestat_dist_nccl)

@@ -36,12 +36,15 @@ USES = {
     "online": {"core", "io"},
     # The HTTP endpoint, apart so that only a program serving metrics links cpp-httplib.
     "online_http": {"online"},
+    # Per-request routes: io for their file (a safetensors container).
+    "routes": {"core", "io"},
+    "routes_cuda": {"routes", "cuda_support"},
 }
 
 # Private folders shared beyond their own layer, with the layers given their include path.
 SHARED_PRIVATE = {
     "src/core/internal": {"core", "record_cpu", "record_cuda"},
-    "src/cuda_support": {"cuda_support", "record_cuda", "dist"},
+    "src/cuda_support": {"cuda_support", "record_cuda", "routes_cuda", "dist"},
 }
 
 # Private headers that white-box tests and benchmarks include, and why.
@@ -86,6 +89,8 @@ def public_layer(relative):
         return "record_cpu" if parts[1] == "cpu_recorder.hpp" else "record_cuda"
     if parts[0] == "online" and parts[1] == "metrics_server.hpp":
         return "online_http"
+    if parts[0] == "routes" and parts[1] == "cuda_route_recorder.hpp":
+        return "routes_cuda"
     return parts[0]
 
 
@@ -96,6 +101,8 @@ def private_layer(relative):
         return "record_" + parts[1]
     if parts[0] == "online" and parts[1] == "http":
         return "online_http"
+    if parts[0] == "routes" and parts[1] == "cuda":
+        return "routes_cuda"
     return parts[0]
 
 

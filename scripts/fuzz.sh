@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh                      a smoke run: 20000 inputs (at most 30 s) per target
 #   scripts/fuzz.sh -max_total_time=600  ten minutes per target; any libFuzzer flags
 #   FUZZ_TARGETS="pt json" scripts/fuzz.sh    only these targets (pt safetensors json
-#                                             simulation trace)
+#                                             simulation trace routes)
 # Corpora grow in build-fuzz/corpus/<target>; a crash leaves its input in build-fuzz/ and
 # fails the script.
 set -euo pipefail
@@ -18,14 +18,14 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DMOESTAT_BUILD_FUZZERS=ON -DMOESTAT_ENABLE_CUDA=OFF -DMOESTAT_BUILD_TESTS=OFF \
   -DMOESTAT_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz --target pt_fuzzer safetensors_fuzzer json_fuzzer simulation_fuzzer \
-  trace_fuzzer make_fuzz_seeds
+  trace_fuzzer routes_fuzzer make_fuzz_seeds
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"
 build-fuzz/tests/fuzz/make_fuzz_seeds "$seeds"
 cp tests/io/fixtures/*.pt "$seeds/pt/"
 
-for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace}; do
+for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace routes}; do
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"
   echo "fuzz: $target ${flags[*]}"

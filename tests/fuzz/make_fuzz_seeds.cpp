@@ -1,9 +1,11 @@
 // Writes the seed corpora of the fuzz targets with moestat's own writers:
-// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,simulation,trace}/ with small valid
+// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,simulation,trace,routes}/ with small valid
 // files.
 // (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
 // The pt corpus also holds the bare pickles of its files, for the unpickler, and every corpus
 // the reproductions of the hostile-input findings of issue 14.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <moestat/io/files.hpp>
 #include <moestat/io/safetensors.hpp>
@@ -12,6 +14,8 @@
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/record/cpu_recorder.hpp>
+#include <moestat/routes/cpu_route_recorder.hpp>
+#include <moestat/routes/routes_file.hpp>
 
 #include "io/pickle.hpp"
 
@@ -85,7 +89,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::filesystem::path dir = argv[1];
-    for (const char* sub : {"pt", "safetensors", "json", "simulation", "trace"}) {
+    for (const char* sub : {"pt", "safetensors", "json", "simulation", "trace", "routes"}) {
       std::filesystem::create_directories(dir / sub);
     }
     const Placement placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
@@ -125,6 +129,22 @@ int main(int argc, char** argv) {
          {RecordMode::kStat, RecordMode::kPerPass, RecordMode::kPerToken, RecordMode::kDecayed}) {
       io::write_file_atomically(dir / "json" / (std::string(record_mode_name(mode)) + ".json"),
                                 io::snapshot_to_json(recorded(mode)));
+    }
+    // Routes: two requests, one with a position no pass routed; uint8 and uint16 ids.
+    for (const std::int64_t experts : {4, 300}) {
+      routes::CpuRouteRecorder recorder(ModelTopology::uniform(2, experts, 2), {});
+      const std::vector<std::int32_t> ids = {0, 1, 3, 2, 1, 0};
+      recorder.begin_pass();
+      recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}));
+      recorder.record_topk(1, TensorView::contiguous(ids.data(), DType::kInt32, {3, 2}));
+      const routes::TokenSpan batch[] = {{"a", 0, 2}, {"b", 1, 1}};
+      recorder.end_pass(batch);
+      recorder.begin_pass();
+      const routes::TokenSpan later[] = {{"a", 3, 0}};
+      recorder.end_pass(later);
+      const routes::RoutedExperts requests[] = {recorder.finish("a"), recorder.finish("b")};
+      routes::write_routes_file(dir / "routes" / fmt::format("routes_{}.safetensors", experts),
+                                requests);
     }
     // A rebalance simulation as `moestat simulate --json` writes it: two phases, a rebalance.
     io::write_file_atomically(

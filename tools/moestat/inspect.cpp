@@ -10,6 +10,7 @@
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/printable.hpp>
+#include <moestat/routes/routes_file.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "command.hpp"
 #include "describe_value.hpp"
+#include "inspect_routes.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -142,7 +144,8 @@ class InspectCommand final : public Command {
     CLI::App* sub = app.add_subcommand(
         "inspect",
         "Say what a file is (moestat snapshot, SGLang logical_count or dump, placement, GPU "
-        "expert mask, per-token trace; JSON, .pt or safetensors) and summarise it");
+        "expert mask, per-token trace, per-request routes; JSON, .pt or safetensors) and "
+        "summarise it");
     sub->add_option("FILE", path_, "The file to inspect (format detected from its contents)")
         ->required();
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
@@ -193,6 +196,10 @@ class InspectCommand final : public Command {
       case io::FileFormat::kSafetensors: {
         std::vector<std::pair<std::string, std::string>> lines;
         const io::NamedTensors file = io::read_safetensors_file(path_);
+        if (routes::is_routes_file(file)) {
+          inspect_routes(routes::routes_from_tensors(file), path_, json_, out);
+          break;
+        }
         // Names and metadata are the file's bytes: escaped, as .pt keys are.
         for (const auto& [key, value] : file.metadata) {
           lines.emplace_back("__metadata__[\"" + printable(key) + "\"]",

@@ -1,0 +1,223 @@
+// The per-request route recorder: the top-k logical expert ids of every token of every request,
+// in every MoE layer, kept by request and position until the engine takes them. The interface
+// every backend (CPU, CUDA) implements.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <moestat/placement.hpp>
+#include <moestat/routes/routed_experts.hpp>
+#include <moestat/tensor_view.hpp>
+#include <moestat/topology.hpp>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moestat::routes {
+
+/// What a route recorder keys its rows by.
+enum class RouteKeys : std::uint8_t {
+  /// (request, position): end_pass(batch), take(), finish(). Rows are allocated as passes end
+  /// and freed as they are taken.
+  kRequestPositions,
+  /// An engine-wide slot in [0, capacity_tokens), such as a KV-cache slot: end_pass_slots(),
+  /// read_slots(). A slot routed again replaces its row; the engine says which slots a
+  /// request's tokens are in when it reads them (SGLang's routed-experts host cache).
+  kSlots,
+};
+
+struct RouteRecorderOptions {
+  /// Rows of a pass's batch that can be routed: its most tokens, padding included.
+  std::int64_t max_tokens_per_pass = 8192;
+  /// Tokens held between the pass that records them and the take() that hands them out: the
+  /// bound on memory (capacity_tokens * layout.bytes_per_token() bytes). A token with no room
+  /// is not recorded, and is returned as not valid.
+  std::int64_t capacity_tokens = 65536;
+  RouteKeys keys = RouteKeys::kRequestPositions;
+};
+
+/// Tokens [first_position, first_position + num_tokens) of request `request_id`, in batch rows
+/// [first_row, first_row + num_tokens) of a pass; first_row kFollows: the row after the
+/// previous span's last (0 for the first span).
+struct TokenSpan {
+  static constexpr std::int64_t kFollows = -1;
+
+  std::string request_id;
+  std::int64_t first_position = 0;
+  std::int64_t num_tokens = 0;
+  std::int64_t first_row = kFollows;
+};
+
+/// What a route recorder did, since it was made.
+struct RouteTallies {
+  std::int64_t passes = 0;                ///< Passes ended (aborted ones not counted).
+  std::int64_t tokens_recorded = 0;       ///< Tokens given a row.
+  std::int64_t tokens_without_room = 0;   ///< Tokens with no free row: returned not valid.
+  std::int64_t tokens_already_taken = 0;  ///< Positions routed again after take(): ignored.
+  /// Ids outside [0, P) (or -1) of a routed token, and tokens whose ids map to one logical
+  /// expert twice: that layer's row is left not valid.
+  std::int64_t invalid_ids = 0;
+  std::int64_t layers_written_twice = 0;  ///< A layer's row written again in one pass.
+  std::int64_t tokens_held = 0;           ///< Rows held: waiting for take(), or slots written.
+};
+
+/// Records, per request and token position, the experts each MoE layer routed the token to.
+///
+/// Hooks (`begin_pass`, `record_topk`, `record_topk_layers`, `end_pass`, `abort_pass`) are
+/// called by the engine's forward thread in order. The layer hooks take the router's PHYSICAL
+/// ids for every row of the pass's batch and keep them, as LOGICAL ids mapped through the
+/// placement in force, in a scratch row per batch row. end_pass(batch) says which request and
+/// position each batch row is (rows no span covers are padding) and moves those rows into the
+/// store, keyed by request and position: what an engine knows once its forward is launched
+/// (SGLang's forward batch, vLLM's input batch), so nothing has to reach the device before
+/// the forward.
+///
+/// Control (`take`, `finish`, `set_placement`, `tallies`, `requests`) may come from another
+/// thread. take() hands out the rows of ended passes recorded since the previous take, and
+/// frees them: memory stays bounded by options.capacity_tokens whatever the requests' length.
+///
+/// A layer whose row was already written in the pass (a draft model's router beside the
+/// target's) keeps its first ids and is tallied; so is an id outside [0, P), which leaves
+/// that layer's row not valid. Positions of a request may arrive in any order and with gaps
+/// (prefix-cache hits run no forward pass): the gaps are returned not valid.
+///
+/// @code
+///   moestat::routes::CpuRouteRecorder routes(topology, {});
+///   routes.begin_pass();
+///   for (int layer : moe_layers) routes.record_topk(layer, topk_ids_of(layer));  // [6, k]
+///   const moestat::routes::TokenSpan batch[] = {{"req-1", 0, 5}, {"req-2", 7, 1}};
+///   routes.end_pass(batch);
+///   moestat::routes::RoutedExperts first = routes.take("req-1");  // positions 0..4
+/// @endcode
+class RouteRecorder {
+ public:
+  /// One MoE layer's router choices, for record_topk_layers.
+  struct LayerTopk {
+    std::int64_t layer;
+    TensorView topk_ids;
+  };
+
+  RouteRecorder(ModelTopology topology, RouteRecorderOptions options);
+  virtual ~RouteRecorder() = default;
+  RouteRecorder(const RouteRecorder&) = delete;
+  RouteRecorder& operator=(const RouteRecorder&) = delete;
+
+  // ---- Hooks (forward thread) ----
+
+  /// Opens a pass.
+  void begin_pass();
+  /// Keeps one layer's choices for the pass's batch rows.
+  /// `topk_ids`: [num_rows <= max_tokens_per_pass, num_columns >= top_k] int32 or int64
+  ///   PHYSICAL ids, any strides, on the backend's device; only the first top_k columns are
+  ///   read (fused shared-expert columns follow them).
+  void record_topk(std::int64_t layer, const TensorView& topk_ids);
+  /// record_topk for several layers at once (the CUDA backend: one launch per 32 layers).
+  void record_topk_layers(std::span<const LayerTopk> layers);
+  /// Closes the pass: the batch rows `batch` covers become those requests' positions, and can
+  /// be taken. A request at most once; spans may not overlap or pass max_tokens_per_pass.
+  void end_pass(std::span<const TokenSpan> batch);
+  /// Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded), rows
+  /// past slots.size() are padding. Each slot in [0, capacity_tokens), at most once.
+  void end_pass_slots(std::span<const std::int64_t> slots);
+  /// Closes the pass and discards what its hooks wrote.
+  void abort_pass();
+
+  // ---- Control (any thread) ----
+
+  /// The rows of `request_id` recorded by ended passes and not yet taken, from the first
+  /// position not taken to the last recorded one; frees them. No rows: a request with
+  /// 0 tokens (also for a request never seen).
+  RoutedExperts take(std::string_view request_id);
+  /// take(), then forgets the request.
+  RoutedExperts finish(std::string_view request_id);
+  /// Slot keys: the rows of `slots` in their order (slot -1, or one never written: not
+  /// valid), as routes of `request_id` from `first_position`. Rows stay where they are.
+  RoutedExperts read_slots(std::span<const std::int64_t> slots, std::string request_id = {},
+                           std::int64_t first_position = 0);
+  /// Makes `placement` map the ids of passes that begin from now on. Shapes must match the
+  /// topology.
+  void set_placement(const Placement& placement);
+  /// Names the model in every RoutedExperts handed out.
+  void set_model(std::string model);
+  /// The requests that hold rows or have a pass open.
+  std::vector<std::string> requests() const;
+  RouteTallies tallies() const;
+
+  const ModelTopology& topology() const noexcept { return topology_; }
+  const RouteLayout& layout() const noexcept { return layout_; }
+  const RouteRecorderOptions& options() const noexcept { return options_; }
+  /// Bytes of the row store: capacity_tokens * layout().bytes_per_token().
+  std::int64_t capacity_bytes() const noexcept;
+
+ protected:
+  /// One validated layer for the backend: its column and the first top_k columns of its ids.
+  struct ColumnIds {
+    std::int64_t column;
+    TensorView topk_ids;
+  };
+  /// Tallies only a backend counts (on the device, for CUDA).
+  struct BackendTallies {
+    std::int64_t invalid_ids = 0;
+    std::int64_t layers_written_twice = 0;
+  };
+
+  /// A batch row of the pass and the store row it goes to.
+  struct RowMove {
+    std::int32_t batch_row;
+    std::int32_t store_row;
+  };
+
+  virtual void do_begin_pass() = 0;
+  virtual void do_record(std::span<const ColumnIds> layers) = 0;
+  /// Moves each batch row's scratch into its store row (valid where the pass wrote it), then
+  /// forgets the pass's scratch.
+  virtual void do_end_pass(std::span<const RowMove> moves) = 0;
+  /// Forgets the pass's scratch.
+  virtual void do_abort_pass() = 0;
+  /// Copies store rows into `ids` ([n, C, K] of the id dtype) and `valid` ([n, C]); row -1
+  /// leaves zeros. Waits for the passes that wrote them. Called without the table lock.
+  virtual void do_read_rows(std::span<const std::int32_t> rows, std::byte* ids,
+                            std::byte* valid) = 0;
+  /// `physical_to_logical`: [C, P] for the layout's columns.
+  virtual void do_set_placement(std::span<const std::int32_t> physical_to_logical) = 0;
+  virtual BackendTallies do_backend_tallies() const = 0;
+  /// Throws when `call` (begin_pass, end_pass, abort_pass) may not run now; checked before
+  /// anything changes. Nothing by default.
+  virtual void check_pass_control(const char* call) const { (void)call; }
+  /// Whether a layer hook may run with no pass open on the host (a CUDA stream being
+  /// captured: the kernels run at replay, reading the rows of the pass open then).
+  virtual bool accepts_hooks_outside_pass() const { return false; }
+
+ private:
+  /// A request's rows: rows[i] holds position first_position + i (-1: none).
+  struct RequestRows {
+    std::int64_t first_position = 0;
+    std::deque<std::int32_t> rows;
+    std::int64_t end = 0;  ///< One past the last position an ended pass routed.
+  };
+  void check_layer(std::int64_t layer, const TensorView& topk_ids) const;
+  void require_keys(RouteKeys keys, const char* call) const;
+  std::vector<RowMove> assign_rows(std::span<const TokenSpan> batch);
+  std::int32_t assign_row(RequestRows& request, std::int64_t position);
+  void release(std::int32_t row);
+  RoutedExperts take_locked_then_read(std::string_view request_id, bool forget);
+
+  ModelTopology topology_;
+  RouteLayout layout_;
+  RouteRecorderOptions options_;
+
+  mutable std::mutex mutex_;  // everything below
+  std::map<std::string, RequestRows, std::less<>> requests_;
+  std::vector<std::int32_t> free_rows_;
+  std::vector<bool> slot_written_;  // slot keys: which slots hold a row
+  std::int64_t slots_written_ = 0;
+  bool pass_open_ = false;
+  RouteTallies tallies_;
+  std::uint64_t placement_version_ = 0;
+  std::string model_;
+};
+
+}  // namespace moestat::routes

@@ -1,0 +1,191 @@
+// The CUDA route recorder against the CPU one fed the same passes: eagerly (int32 and int64
+// ids, a strided view with a fused shared-expert column, hostile ids, padding rows, a
+// placement with replicas), and from a captured CUDA graph replayed with a new batch each
+// time (begin_pass / end_pass on the host around each replay).
+#include <moestat/routes/cpu_route_recorder.hpp>
+#include <moestat/routes/cuda_route_recorder.hpp>
+
+#include "gpu/gpu_test_support.hpp"
+#include "routes/route_reference.hpp"
+
+namespace moestat::testing {
+namespace {
+
+using routes::CpuRouteRecorder;
+using routes::CudaRouteRecorder;
+using routes::RoutedExperts;
+
+ModelTopology route_topology() {
+  ModelTopology topology = ModelTopology::uniform(6, 300, 8);  // uint16 ids
+  topology.moe_layers = {false, true, true, true, false, true};
+  topology.num_physical_experts = 320;
+  topology.ep_size = 8;
+  return topology;
+}
+
+Placement shifted_placement(const ModelTopology& topology) {
+  std::vector<std::int32_t> map;
+  for (std::int64_t l = 0; l < topology.num_layers; ++l) {
+    for (std::int64_t p = 0; p < topology.num_physical_experts; ++p) {
+      map.push_back(std::int32_t((p + 7 * l) % topology.num_logical_experts));
+    }
+  }
+  return Placement(topology.num_layers, topology.num_physical_experts, topology.num_logical_experts,
+                   map, 2);
+}
+
+std::map<std::string, RoutedExperts> finish_all(routes::RouteRecorder& recorder) {
+  std::map<std::string, RoutedExperts> out;
+  for (const std::string& request : recorder.requests())
+    out.emplace(request, recorder.finish(request));
+  return out;
+}
+
+TEST(CudaRouteRecorder, EqualsTheCpuRecorderEagerly) {
+  MOESTAT_REQUIRE_GPU();
+  const ModelTopology topology = route_topology();
+  const Placement placement = shifted_placement(topology);
+  const routes::RouteRecorderOptions options{.max_tokens_per_pass = 64, .capacity_tokens = 2048};
+  CpuRouteRecorder cpu(topology, options);
+  CudaRouteRecorder gpu(topology, options);
+  cpu.set_placement(placement);
+  gpu.set_placement(placement);
+  const std::vector<std::int32_t> map(placement.physical_to_logical().begin(),
+                                      placement.physical_to_logical().end());
+  const auto passes = test::random_route_passes(topology, cpu.layout(), map, 60, 6, 5, true);
+  const std::int64_t top_k = topology.top_k;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const test::RoutePass& pass = passes[p];
+    cpu.begin_pass();
+    gpu.begin_pass();
+    std::vector<std::unique_ptr<DeviceArray<std::int64_t>>> keep64;
+    std::vector<std::unique_ptr<DeviceArray<std::int32_t>>> keep32;
+    std::vector<routes::RouteRecorder::LayerTopk> layers;
+    for (std::int64_t c = 0; c < cpu.layout().num_columns(); ++c) {
+      const std::int64_t layer = cpu.layout().layers[std::size_t(c)];
+      const auto& ids = pass.ids[std::size_t(c)];
+      const std::int64_t shape[] = {pass.num_rows, top_k};
+      cpu.record_topk(layer, TensorView::contiguous(ids.data(), DType::kInt32, shape));
+      if (c % 2 == 0) {
+        // int64 with a ninth (fused shared-expert) column the recorder must skip.
+        std::vector<std::int64_t> wide;
+        for (std::int64_t row = 0; row < pass.num_rows; ++row) {
+          for (std::int64_t k = 0; k < top_k; ++k)
+            wide.push_back(ids[std::size_t(row * top_k + k)]);
+          wide.push_back(topology.num_physical_experts + 1);
+        }
+        keep64.push_back(std::make_unique<DeviceArray<std::int64_t>>(wide));
+        const std::int64_t wide_shape[] = {pass.num_rows, top_k + 1};
+        layers.push_back({layer, TensorView::contiguous(keep64.back()->data(), DType::kInt64,
+                                                        wide_shape, Device::cuda(0))});
+      } else {
+        keep32.push_back(std::make_unique<DeviceArray<std::int32_t>>(ids));
+        layers.push_back({layer, TensorView::contiguous(keep32.back()->data(), DType::kInt32, shape,
+                                                        Device::cuda(0))});
+      }
+    }
+    if (p % 2 == 0) {
+      gpu.record_topk_layers(layers);
+    } else {
+      for (const auto& layer : layers) gpu.record_topk(layer.layer, layer.topk_ids);
+    }
+    cpu.end_pass(pass.batch);
+    gpu.end_pass(pass.batch);
+    MOESTAT_EXPECT_CUDA(cudaDeviceSynchronize());  // the id buffers go out of scope
+    if (p % 9 == 4) {
+      for (const std::string& request : cpu.requests()) {
+        ASSERT_EQ(gpu.take(request), cpu.take(request)) << request;
+      }
+    }
+  }
+  EXPECT_EQ(finish_all(gpu), finish_all(cpu));
+  const routes::RouteTallies cpu_tallies = cpu.tallies();
+  const routes::RouteTallies gpu_tallies = gpu.tallies();
+  EXPECT_GT(cpu_tallies.invalid_ids, 0);
+  EXPECT_EQ(gpu_tallies.invalid_ids, cpu_tallies.invalid_ids);
+  EXPECT_EQ(gpu_tallies.tokens_recorded, cpu_tallies.tokens_recorded);
+}
+
+struct CapturedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~CapturedGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+TEST(CudaRouteRecorder, ReplaysOfACapturedGraphEqualTheCpuRecorder) {
+  MOESTAT_REQUIRE_GPU();
+  const ModelTopology topology = route_topology();
+  constexpr std::int64_t kRows = 24;  // the captured (padded) batch
+  const routes::RouteRecorderOptions options{.max_tokens_per_pass = kRows, .capacity_tokens = 4096};
+  CpuRouteRecorder cpu(topology, options);
+  CudaRouteRecorder gpu(topology, options);
+  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
+                                                topology.num_logical_experts);
+  const std::vector<std::int32_t> map(identity.physical_to_logical().begin(),
+                                      identity.physical_to_logical().end());
+  cudaStream_t stream;
+  MOESTAT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  gpu.set_stream(stream);
+
+  const std::int64_t num_columns = cpu.layout().num_columns();
+  const std::int64_t top_k = topology.top_k;
+  std::vector<std::unique_ptr<DeviceArray<std::int32_t>>> ids;
+  std::vector<routes::RouteRecorder::LayerTopk> layers;
+  const std::int64_t shape[] = {kRows, top_k};
+  for (std::int64_t c = 0; c < num_columns; ++c) {
+    ids.push_back(std::make_unique<DeviceArray<std::int32_t>>(std::size_t(kRows * top_k)));
+    layers.push_back(
+        {cpu.layout().layers[std::size_t(c)],
+         TensorView::contiguous(ids.back()->data(), DType::kInt32, shape, Device::cuda(0))});
+  }
+  CapturedGraph captured;
+  MOESTAT_EXPECT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  gpu.record_topk_layers(layers);  // no pass open: the stream is being captured
+  EXPECT_THROW(gpu.begin_pass(), Error);
+  MOESTAT_EXPECT_CUDA(cudaStreamEndCapture(stream, &captured.graph));
+  MOESTAT_EXPECT_CUDA(cudaGraphInstantiate(&captured.exec, captured.graph, 0));
+
+  auto passes = test::random_route_passes(topology, cpu.layout(), map, 200, 5, 9, false);
+  for (test::RoutePass& pass : passes) {
+    if (pass.num_rows > kRows) continue;  // the captured batch holds at most kRows
+    // The padded rows of the captured batch hold whatever ids; they must not be recorded.
+    for (auto& column : pass.ids) {
+      for (std::size_t i = column.size(); i < std::size_t(kRows * top_k); ++i) {
+        column.push_back(std::int32_t(i % std::size_t(top_k)));  // experts 0..7
+      }
+    }
+    pass.num_rows = kRows;
+    cpu.begin_pass();
+    for (std::int64_t c = 0; c < num_columns; ++c) {
+      cpu.record_topk(
+          layers[std::size_t(c)].layer,
+          TensorView::contiguous(pass.ids[std::size_t(c)].data(), DType::kInt32, shape));
+      MOESTAT_EXPECT_CUDA(cudaMemcpyAsync(
+          ids[std::size_t(c)]->data(), pass.ids[std::size_t(c)].data(),
+          pass.ids[std::size_t(c)].size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
+    }
+    cpu.end_pass(pass.batch);
+    gpu.begin_pass();
+    MOESTAT_EXPECT_CUDA(cudaGraphLaunch(captured.exec, stream));
+    gpu.end_pass(pass.batch);
+    MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));  // the host ids are reused
+  }
+  EXPECT_EQ(finish_all(gpu), finish_all(cpu));
+  EXPECT_EQ(gpu.tallies().layers_written_twice, 0);
+  // A replay twice in one pass: the second replay's rows are written twice, and tallied.
+  gpu.begin_pass();
+  MOESTAT_EXPECT_CUDA(cudaGraphLaunch(captured.exec, stream));
+  MOESTAT_EXPECT_CUDA(cudaGraphLaunch(captured.exec, stream));
+  const routes::TokenSpan one[] = {{"twice", 0, 1}};
+  gpu.end_pass(one);
+  EXPECT_EQ(gpu.tallies().layers_written_twice, kRows * num_columns);
+  EXPECT_GT(cpu.tallies().passes, 100);
+  gpu.set_stream(nullptr);
+  MOESTAT_EXPECT_CUDA(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace moestat::testing

@@ -1,0 +1,322 @@
+// The CPU route recorder against the naive reference (route_reference.hpp): random passes of
+// several requests through a placement with replicas, hostile ids, padding rows; incremental
+// takes; and each rule of the table (capacity, gaps, positions routed again, aborts, layers
+// written twice, a control thread taking while passes run).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <moestat/routes/cpu_route_recorder.hpp>
+#include <thread>
+
+#include "routes/route_reference.hpp"
+#include "unit/expect_error.hpp"
+
+namespace moestat {
+namespace {
+
+using routes::CpuRouteRecorder;
+using routes::RoutedExperts;
+using routes::TokenSpan;
+
+ModelTopology small_topology() {
+  // Layers 0 and 2 dense; 6 experts on 8 slots (two replicated); top-3.
+  ModelTopology topology = ModelTopology::uniform(5, 6, 3);
+  topology.moe_layers = {false, true, false, true, true};
+  topology.num_physical_experts = 8;
+  topology.ep_size = 2;
+  return topology;
+}
+
+Placement replicated_placement(const ModelTopology& topology) {
+  std::vector<std::int32_t> map;
+  for (std::int64_t l = 0; l < topology.num_layers; ++l) {
+    for (std::int64_t p = 0; p < topology.num_physical_experts; ++p) {
+      // Slots 6 and 7 repeat experts that differ by layer.
+      map.push_back(std::int32_t(p < 6 ? (p + l) % 6 : (l + p) % 6));
+    }
+  }
+  return Placement(topology.num_layers, topology.num_physical_experts, topology.num_logical_experts,
+                   map, 3);
+}
+
+void run_pass(routes::RouteRecorder& recorder, const test::RoutePass& pass) {
+  recorder.begin_pass();
+  for (std::int64_t c = 0; c < recorder.layout().num_columns(); ++c) {
+    const std::int64_t shape[] = {pass.num_rows, recorder.layout().top_k};
+    recorder.record_topk(
+        recorder.layout().layers[std::size_t(c)],
+        TensorView::contiguous(pass.ids[std::size_t(c)].data(), DType::kInt32, shape));
+  }
+  recorder.end_pass(pass.batch);
+}
+
+void expect_matches(const RoutedExperts& routes,
+                    const std::map<std::int64_t, test::ExpectedRow>& expected) {
+  routes.validate();
+  for (std::int64_t t = 0; t < routes.num_tokens(); ++t) {
+    const std::int64_t position = routes.first_position + t;
+    const auto found = expected.find(position);
+    for (std::int64_t c = 0; c < routes.layout.num_columns(); ++c) {
+      const bool valid = found != expected.end() && found->second.valid[std::size_t(c)];
+      ASSERT_EQ(routes.is_valid(t, c), valid) << routes.request_id << " position " << position;
+      for (std::int64_t k = 0; k < routes.layout.top_k; ++k) {
+        const std::int64_t want =
+            valid ? found->second.ids[std::size_t(c * routes.layout.top_k + k)] : 0;
+        ASSERT_EQ(routes.id(t, c, k), want) << routes.request_id << " position " << position;
+      }
+    }
+  }
+}
+
+TEST(RouteRecorder, EqualsTheReferenceAcrossPassesAndTakes) {
+  const ModelTopology topology = small_topology();
+  const Placement placement = replicated_placement(topology);
+  CpuRouteRecorder recorder(topology, {.max_tokens_per_pass = 64, .capacity_tokens = 4096});
+  recorder.set_placement(placement);
+  const std::vector<std::int32_t> map(placement.physical_to_logical().begin(),
+                                      placement.physical_to_logical().end());
+  const auto passes = test::random_route_passes(topology, recorder.layout(), map, 40, 5, 7, true);
+  const auto expected = test::expected_routes(passes, topology, recorder.layout(), map);
+  std::map<std::string, RoutedExperts> taken;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    run_pass(recorder, passes[p]);
+    if (p % 7 == 3) {  // incremental takes: only the new rows each time
+      for (const std::string& request : recorder.requests()) {
+        RoutedExperts more = recorder.take(request);
+        auto [entry, is_new] = taken.try_emplace(request, more);
+        if (!is_new) entry->second.append(more);
+      }
+    }
+  }
+  for (const auto& [request, rows] : expected) {
+    RoutedExperts rest = recorder.finish(request);
+    auto [entry, is_new] = taken.try_emplace(request, rest);
+    if (!is_new) entry->second.append(rest);
+    ASSERT_EQ(entry->second.num_tokens(), std::int64_t(rows.size())) << request;
+    EXPECT_EQ(entry->second.first_position, 0);
+    EXPECT_EQ(entry->second.placement_version, 3u);
+    expect_matches(entry->second, rows);
+  }
+  const routes::RouteTallies tallies = recorder.tallies();
+  EXPECT_EQ(tallies.passes, 40);
+  EXPECT_GT(tallies.invalid_ids, 0);
+  EXPECT_EQ(tallies.tokens_held, 0);
+  EXPECT_TRUE(recorder.requests().empty());
+}
+
+TEST(RouteRecorder, IdsAreTheNarrowestType) {
+  for (auto [experts, dtype] :
+       {std::pair{256, DType::kUInt8}, std::pair{257, DType::kUInt16},
+        std::pair{65536, DType::kUInt16}, std::pair{65537, DType::kInt32}}) {
+    CpuRouteRecorder recorder(ModelTopology::uniform(1, experts, 2),
+                              {.max_tokens_per_pass = 4, .capacity_tokens = 4});
+    EXPECT_EQ(recorder.layout().id_dtype(), dtype) << experts;
+    const std::int32_t ids[] = {0, experts - 1};
+    const std::int64_t shape[] = {1, 2};
+    const TokenSpan batch[] = {{"r", 0, 1}};
+    recorder.begin_pass();
+    recorder.record_topk(0, TensorView::contiguous(ids, DType::kInt32, shape));
+    recorder.end_pass(batch);
+    const RoutedExperts routes = recorder.take("r");
+    EXPECT_EQ(routes.id(0, 0, 1), experts - 1);
+    EXPECT_EQ(recorder.capacity_bytes(), 4 * (2 * std::int64_t(dtype_size(dtype)) + 1));
+  }
+}
+
+struct OneLayer {
+  CpuRouteRecorder recorder{ModelTopology::uniform(1, 4, 2),
+                            {.max_tokens_per_pass = 8, .capacity_tokens = 3}};
+  void pass(std::vector<TokenSpan> batch, std::vector<std::int32_t> ids) {
+    recorder.begin_pass();
+    const std::int64_t shape[] = {std::int64_t(ids.size() / 2), 2};
+    recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, shape));
+    recorder.end_pass(batch);
+  }
+};
+
+TEST(RouteRecorder, TokensBeyondCapacityComeBackNotValid) {
+  OneLayer one;
+  one.pass({{"a", 0, 2}, {"b", 0, 2}}, {0, 1, 1, 2, 2, 3, 3, 0});
+  const RoutedExperts b = one.recorder.take("b");
+  ASSERT_EQ(b.num_tokens(), 2);
+  EXPECT_TRUE(b.is_valid(0, 0));
+  EXPECT_FALSE(b.is_valid(1, 0));  // the fourth token: no fourth row
+  EXPECT_EQ(one.recorder.tallies().tokens_without_room, 1);
+  // Taking frees rows: the next pass fits again.
+  one.recorder.take("a");
+  one.pass({{"b", 2, 1}}, {1, 3});
+  EXPECT_TRUE(one.recorder.take("b").complete());
+}
+
+TEST(RouteRecorder, GapsAndPositionsRoutedAgain) {
+  OneLayer one;
+  // Positions 0-1 from the prefix cache: no pass; 2-3 prefilled, then 3 routed again
+  // (preempted and prefilled anew): the later route wins.
+  one.pass({{"a", 2, 2}}, {0, 1, 1, 2});
+  one.pass({{"a", 3, 1}}, {3, 0});
+  RoutedExperts a = one.recorder.take("a");
+  EXPECT_EQ(a.first_position, 2);
+  ASSERT_EQ(a.num_tokens(), 2);
+  EXPECT_EQ(a.id(1, 0, 0), 3);
+  // Position 1 after positions 2-3 were taken: too late, tallied.
+  one.pass({{"a", 1, 1}}, {1, 2});
+  EXPECT_EQ(one.recorder.take("a").num_tokens(), 0);
+  EXPECT_EQ(one.recorder.tallies().tokens_already_taken, 1);
+  // A gap inside what is taken comes back not valid.
+  one.pass({{"a", 6, 1}}, {1, 2});
+  a = one.recorder.finish("a");
+  EXPECT_EQ(a.first_position, 4);
+  ASSERT_EQ(a.num_tokens(), 3);
+  EXPECT_FALSE(a.is_valid(0, 0));
+  EXPECT_FALSE(a.is_valid(1, 0));
+  EXPECT_TRUE(a.is_valid(2, 0));
+}
+
+TEST(RouteRecorder, ALayerWrittenTwiceKeepsTheFirst) {
+  OneLayer one;
+  const TokenSpan batch[] = {{"a", 0, 1}};
+  one.recorder.begin_pass();
+  const std::int32_t target[] = {1, 2};
+  const std::int32_t draft[] = {3, 0};
+  const std::int64_t shape[] = {1, 2};
+  one.recorder.record_topk(0, TensorView::contiguous(target, DType::kInt32, shape));
+  one.recorder.record_topk(0, TensorView::contiguous(draft, DType::kInt32, shape));
+  one.recorder.end_pass(batch);
+  const RoutedExperts a = one.recorder.take("a");
+  EXPECT_EQ(a.id(0, 0, 0), 1);
+  EXPECT_EQ(one.recorder.tallies().layers_written_twice, 1);
+}
+
+TEST(RouteRecorder, AnAbortedPassLeavesItsTokensNotValid) {
+  OneLayer one;
+  one.pass({{"a", 0, 1}}, {0, 1});
+  one.recorder.begin_pass();
+  const std::int32_t ids[] = {2, 3};
+  const std::int64_t shape[] = {1, 2};
+  one.recorder.record_topk(0, TensorView::contiguous(ids, DType::kInt32, shape));
+  one.recorder.abort_pass();
+  // The next pass does not route that row: what the aborted pass wrote is not taken for it.
+  one.recorder.begin_pass();
+  const TokenSpan batch[] = {{"a", 1, 1}};
+  one.recorder.end_pass(batch);
+  const RoutedExperts a = one.recorder.take("a");
+  ASSERT_EQ(a.num_tokens(), 2);
+  EXPECT_TRUE(a.is_valid(0, 0));
+  EXPECT_FALSE(a.is_valid(1, 0));
+  EXPECT_EQ(one.recorder.tallies().tokens_held, 0);
+}
+
+TEST(RouteRecorder, RefusesWhatCannotBeAttributed) {
+  OneLayer one;
+  const std::int32_t ids[] = {0, 1, 2, 3};
+  const std::int64_t shape[] = {2, 2};
+  const auto view = TensorView::contiguous(ids, DType::kInt32, shape);
+  EXPECT_MOESTAT_ERROR(one.recorder.record_topk(0, view), "outside a pass");
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass({}), "end_pass without begin_pass");
+  one.recorder.begin_pass();
+  EXPECT_MOESTAT_ERROR(one.recorder.begin_pass(), "while a pass is open");
+  EXPECT_MOESTAT_ERROR(one.recorder.record_topk(1, view), "not a MoE layer");
+  const std::int64_t narrow[] = {4, 1};
+  EXPECT_MOESTAT_ERROR(
+      one.recorder.record_topk(0, TensorView::contiguous(ids, DType::kInt32, narrow)),
+      "top_k is 2");
+  const float floats[] = {0, 1};
+  const std::int64_t one_row[] = {1, 2};
+  EXPECT_MOESTAT_ERROR(
+      one.recorder.record_topk(0, TensorView::contiguous(floats, DType::kFloat32, one_row)),
+      "int32 or int64");
+  const std::int32_t many_ids[18] = {};
+  const std::int64_t many[] = {9, 2};
+  EXPECT_MOESTAT_ERROR(
+      one.recorder.record_topk(0, TensorView::contiguous(many_ids, DType::kInt32, many)),
+      "more than max_tokens_per_pass");
+  one.recorder.record_topk(0, view);
+  const TokenSpan twice[] = {{"a", 0, 1}, {"a", 1, 1}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(twice), "appears twice");
+  const TokenSpan overlapping[] = {{"a", 0, 2}, {"b", 0, 1, 1}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(overlapping), "batch row 1 is in two spans");
+  const TokenSpan beyond[] = {{"a", 0, 2, 7}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(beyond), "pass max_tokens_per_pass");
+  const TokenSpan negative[] = {{"a", -1, 1}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(negative), "from position -1");
+  // Refused batches changed nothing; a good one still ends the pass.
+  EXPECT_TRUE(one.recorder.requests().empty());
+  const TokenSpan second_row[] = {{"a", 0, 1, 1}};
+  one.recorder.end_pass(second_row);
+  const RoutedExperts a = one.recorder.finish("a");
+  EXPECT_EQ(a.id(0, 0, 0), 2);  // batch row 1
+  EXPECT_EQ(one.recorder.take("never-seen").num_tokens(), 0);
+}
+
+TEST(RouteRecorder, SlotKeysReplaceASlotsRowAndReadInTheOrderAsked) {
+  CpuRouteRecorder recorder(
+      ModelTopology::uniform(1, 4, 2),
+      {.max_tokens_per_pass = 4, .capacity_tokens = 8, .keys = routes::RouteKeys::kSlots});
+  const std::int64_t shape[] = {3, 2};
+  const std::int32_t first[] = {0, 1, 1, 2, 2, 3};
+  recorder.begin_pass();
+  recorder.record_topk(0, TensorView::contiguous(first, DType::kInt32, shape));
+  const std::int64_t slots[] = {5, -1, 2};  // row 1 not recorded
+  recorder.end_pass_slots(slots);
+  const std::int32_t second[] = {3, 0, 0, 0, 0, 0};
+  recorder.begin_pass();
+  recorder.record_topk(0, TensorView::contiguous(second, DType::kInt32, shape));
+  const std::int64_t again[] = {2};  // slot 2 routed again: its row is replaced
+  recorder.end_pass_slots(again);
+  const std::int64_t read[] = {2, 5, 7, -1};
+  const RoutedExperts routes = recorder.read_slots(read, "r", 10);
+  EXPECT_EQ(routes.first_position, 10);
+  ASSERT_EQ(routes.num_tokens(), 4);
+  EXPECT_EQ(routes.id(0, 0, 0), 3);
+  EXPECT_EQ(routes.id(1, 0, 1), 1);
+  EXPECT_FALSE(routes.is_valid(2, 0));  // never written
+  EXPECT_FALSE(routes.is_valid(3, 0));
+  EXPECT_EQ(recorder.tallies().tokens_held, 2);
+  EXPECT_EQ(recorder.read_slots(read), recorder.read_slots(read));  // reads leave rows in place
+  recorder.begin_pass();
+  const std::int64_t twice[] = {1, 1};
+  EXPECT_MOESTAT_ERROR(recorder.end_pass_slots(twice), "slot 1 twice");
+  const std::int64_t outside[] = {8};
+  EXPECT_MOESTAT_ERROR(recorder.end_pass_slots(outside), "slot 8 outside [0, 8)");
+  EXPECT_MOESTAT_ERROR(recorder.end_pass({}), "needs request-position keys");
+  EXPECT_MOESTAT_ERROR(recorder.take("r"), "needs request-position keys");
+}
+
+TEST(RouteRecorder, TakesFromAnotherThreadWhilePassesRun) {
+  const ModelTopology topology = small_topology();
+  CpuRouteRecorder recorder(topology, {.max_tokens_per_pass = 64, .capacity_tokens = 4096});
+  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
+                                                topology.num_logical_experts);
+  const std::vector<std::int32_t> map(identity.physical_to_logical().begin(),
+                                      identity.physical_to_logical().end());
+  const auto passes =
+      test::random_route_passes(topology, recorder.layout(), map, 300, 4, 11, false);
+  const auto expected = test::expected_routes(passes, topology, recorder.layout(), map);
+  std::atomic<bool> done = false;
+  std::map<std::string, RoutedExperts> taken;
+  std::thread control([&] {
+    while (!done.load()) {
+      for (int r = 0; r < 4; ++r) {
+        const std::string request = "request-" + std::to_string(r);
+        RoutedExperts more = recorder.take(request);
+        if (more.num_tokens() == 0) continue;
+        auto [entry, is_new] = taken.try_emplace(request, more);
+        if (!is_new) entry->second.append(more);
+      }
+    }
+  });
+  for (const auto& pass : passes) run_pass(recorder, pass);
+  done = true;
+  control.join();
+  for (const auto& [request, rows] : expected) {
+    RoutedExperts rest = recorder.finish(request);
+    auto [entry, is_new] = taken.try_emplace(request, rest);
+    if (!is_new) entry->second.append(rest);
+    ASSERT_EQ(entry->second.num_tokens(), std::int64_t(rows.size())) << request;
+    expect_matches(entry->second, rows);
+  }
+  EXPECT_EQ(recorder.tallies().tokens_without_room, 0);
+}
+
+}  // namespace
+}  // namespace moestat

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine: the route recorders' GPU tests (and under compute-sanitizer), the
+# Python package's CUDA route tests, the routing-replay and route-capture engine tests on the
+# GPU, and the capture cost on a real decode step (bench/routes_step_cost.py).
+#
+# Usage: tests/routes/run_device_routes.sh BIN_DIR OUT_DIR [DEPS_PREFIX]
+#   BIN_DIR: moestat_gpu_route_tests, built with nvcc where the whole project builds.
+#   DEPS_PREFIX: extracted Debian packages (DEPS_PREFIX/usr/...) of what the Python package
+#     links and its build finds: libfmt-dev, libfmt9, nlohmann-json3-dev, libzip-dev, libzip4
+#     and its libraries, pkgconf. The package is built here without the report layer and the
+#     CLI (MOESTAT_BUILD_REPORT=OFF), so librsvg, Cairo and CLI11 are not needed.
+#   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own).
+set -uo pipefail
+bin=$1
+out=$2
+deps=${3:-}
+mkdir -p "$out"
+status=0
+
+cmake_args=()
+if [[ -n $deps ]]; then
+  deps=$(realpath "$deps")
+  export PATH="$deps/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_SYSROOT_DIR=$deps
+  export PKG_CONFIG_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig"
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
+fi
+
+echo "== build the Python package"
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON \
+  -DMOESTAT_BUILD_REPORT=OFF -DMOESTAT_BUILD_TESTS=OFF -DMOESTAT_BUILD_BENCH=OFF \
+  -DMOESTAT_WERROR=OFF -DMOESTAT_ENABLE_MPI=OFF -DPython_EXECUTABLE="$(command -v python3)" \
+  "${cmake_args[@]}" >"$out/build.log" 2>&1 &&
+  cmake --build build-device --target _core >>"$out/build.log" 2>&1
+if [[ $? -ne 0 ]]; then
+  tail -n 40 "$out/build.log"
+  exit 1
+fi
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+echo "== GPU route tests"
+"$bin/moestat_gpu_route_tests" >"$out/gpu_tests.log" 2>&1 || status=1
+tail -n 3 "$out/gpu_tests.log"
+grep -E "^\[  FAILED" "$out/gpu_tests.log"
+for tool in memcheck racecheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/moestat_gpu_route_tests" \
+    --gtest_filter='CudaRouteRecorder.EqualsTheCpuRecorderEagerly' >"$out/sanitizer.log" 2>&1
+  code=$?
+  echo "compute-sanitizer $tool exit code: $code"
+  cat "$out/sanitizer.log" >>"$out/sanitizers.log"
+  [[ $code -eq 0 ]] || { tail -n 20 "$out/sanitizer.log"; status=1; }
+done
+rm -f "$out/sanitizer.log"
+
+echo "== Python and engine tests on CUDA"
+export PYTHONPATH="$PWD/build-device/python:$PWD/tests/engines${PYTHONPATH:+:$PYTHONPATH}"
+python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_routes_cuda.py \
+  tests/engines/test_routing_replay.py tests/engines/test_transformers_routes.py 2>&1 |
+  tee "$out/pytest.log" | tail -n 25
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== capture cost on a decode step"
+(cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) 2>&1 |
+  tee "$out/routes_step_cost.log" | tail -n 12
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+exit $status
