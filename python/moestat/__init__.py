@@ -12,7 +12,9 @@ The recorders take the router's top-k ids as numpy arrays or torch tensors (CPU,
     recorder.end_pass()
     counts = recorder.snapshot().logical_counts  # [passes, layers, experts]
 
-See docs/python.md for the whole API; ``moestat.sglang`` (needs torch) is SGLang's recorder
+Per-request routes for RL routing replay (``RouteRecorder``, ``RoutedExperts``, routes files,
+and ``moestat.routing``'s conversions to SGLang, vLLM, Megatron, verl and slime) are in
+docs/routing-replay.md. See docs/python.md for the whole API; ``moestat.sglang`` (needs torch) is SGLang's recorder
 interface with moestat underneath (docs/sglang.md).
 """
 
@@ -23,9 +25,13 @@ from ._core import (
     HotExpert,
     LiveMetrics,
     MetricValues,
+    CpuRouteRecorder,
     ModelTopology,
     Placement,
     Recorder,
+    RoutedExperts,
+    RouteLayout,
+    RouteRecorder,
     Snapshot,
     __version__,
     advise_rebalance,
@@ -43,21 +49,24 @@ from ._core import (
     read_counts,
     read_logical_counts,
     read_placement,
+    read_routes,
     write_logical_counts,
     write_placement,
     write_prometheus_file,
+    write_routes,
     write_sglang_dump,
 )
 from .eplb import rebalance_experts
 
 if has_cuda:
-    from ._core import CudaRecorder
+    from ._core import CudaRecorder, CudaRouteRecorder
 if has_http:
     from ._core import MetricsServer
 
 __all__ = [
     "BalancednessMean",
     "CpuRecorder",
+    "CpuRouteRecorder",
     "Error",
     "HotExpert",
     "LiveMetrics",
@@ -65,6 +74,9 @@ __all__ = [
     "ModelTopology",
     "Placement",
     "Recorder",
+    "RouteLayout",
+    "RouteRecorder",
+    "RoutedExperts",
     "Snapshot",
     "__version__",
     "advise_rebalance",
@@ -82,9 +94,11 @@ __all__ = [
     "read_counts",
     "read_logical_counts",
     "read_placement",
+    "read_routes",
     "rebalance_experts",
     "write_logical_counts",
     "write_placement",
     "write_prometheus_file",
+    "write_routes",
     "write_sglang_dump",
-] + (["CudaRecorder"] if has_cuda else []) + (["MetricsServer"] if has_http else [])
+] + (["CudaRecorder", "CudaRouteRecorder"] if has_cuda else []) + (["MetricsServer"] if has_http else [])

@@ -468,3 +468,190 @@ class MetricsServer:
     def __enter__(self) -> MetricsServer: ...
 
     def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None: ...
+
+class RouteLayout:
+    """
+    What the columns of a route row are: the decoder layer of each (the MoE layers, ascending), the experts and top_k.
+    """
+
+    def __init__(self, num_decoder_layers: int, layers: Sequence[int], num_experts: int, top_k: int) -> None: ...
+
+    @staticmethod
+    def of(topology: ModelTopology) -> RouteLayout:
+        """The MoE layers, logical experts and top_k of a ModelTopology."""
+
+    @property
+    def num_decoder_layers(self) -> int: ...
+
+    @property
+    def layers(self) -> list[int]: ...
+
+    @property
+    def num_experts(self) -> int: ...
+
+    @property
+    def top_k(self) -> int: ...
+
+    @property
+    def num_columns(self) -> int: ...
+
+    @property
+    def id_dtype(self) -> object:
+        """
+        The numpy dtype of the ids: uint8 up to 256 experts, uint16 up to 65536, int32.
+        """
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes one token's routes take: ids plus one validity byte per layer."""
+
+    def column_of(self, layer: int) -> int:
+        """The column of decoder layer `layer`; -1 when it is not a MoE layer."""
+
+    def __eq__(self, arg: RouteLayout, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+class RoutedExperts:
+    """
+    The routes of tokens [first_position, first_position + num_tokens) of one request: per token and MoE layer, the top_k logical expert ids, and whether they were recorded.
+    """
+
+    def __init__(self, layout: RouteLayout, ids: object, valid: object | None = None, *, request_id: str = '', first_position: int = 0, model: str = '', placement_version: int = 0) -> None:
+        """
+        ids: integer [tokens, layout.num_columns, top_k] logical ids; valid: bool [tokens, num_columns] or None (all recorded); ids of rows not valid must be 0.
+        """
+
+    @property
+    def ids(self) -> object:
+        """[tokens, MoE layers, top_k] of layout.id_dtype (a copy)."""
+
+    @property
+    def valid(self) -> object:
+        """[tokens, MoE layers] bool (a copy)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def first_position(self) -> int: ...
+
+    @property
+    def layout(self) -> RouteLayout: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def placement_version(self) -> int: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def complete(self) -> bool:
+        """Whether every token of every layer was recorded."""
+
+    def slice(self, begin: int, end: int) -> RoutedExperts:
+        """Rows [begin, end) as routes of their own."""
+
+    def append(self, next: RoutedExperts) -> None:
+        """Appends the rows of the same request that follow these."""
+
+    def __len__(self) -> int: ...
+
+    def __eq__(self, arg: RoutedExperts, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
+def write_routes(path: object, routes: Sequence[RoutedExperts]) -> None:
+    """
+    Writes requests' routes (one layout) as a routes file, atomically (docs/formats.md).
+    """
+
+def read_routes(path: object) -> list[RoutedExperts]:
+    """The requests of a routes file."""
+
+class RouteRecorder:
+    """
+    Records each request's routes by position (docs/routing-replay.md). Hooks: begin_pass, record_topk(_layers), end_pass(batch); take/finish hand out rows of ended passes.
+    """
+
+    def begin_pass(self) -> None:
+        """Opens a pass."""
+
+    def record_topk(self, layer: int, topk_ids: object) -> None:
+        """
+        Keeps a layer's [rows, >= top_k] int32/int64 PHYSICAL ids for the pass's tokens.
+        """
+
+    def record_topk_layers(self, layers: Sequence[int], topk_ids: Sequence[object]) -> None:
+        """record_topk for several layers (one CUDA launch per 32)."""
+
+    def end_pass(self, batch: object) -> None:
+        """
+        Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which batch rows are which request's positions (first_row omitted: after the previous span); rows no span covers are padding.
+        """
+
+    def end_pass_slots(self, slots: Sequence[int]) -> None:
+        """
+        Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded).
+        """
+
+    def read_slots(self, slots: Sequence[int], request_id: str = '', first_position: int = 0) -> RoutedExperts:
+        """
+        Slot keys: the rows of `slots` in order (-1 or never written: not valid).
+        """
+
+    def abort_pass(self) -> None: ...
+
+    def take(self, request_id: str) -> RoutedExperts:
+        """The request's rows of ended passes not taken yet (and frees them)."""
+
+    def finish(self, request_id: str) -> RoutedExperts:
+        """take(), then forgets the request."""
+
+    def set_placement(self, placement: Placement) -> None:
+        """The placement that maps physical ids of passes beginning from now on."""
+
+    def set_model(self, model: str) -> None:
+        """Names the model in every RoutedExperts handed out."""
+
+    def requests(self) -> list[str]: ...
+
+    def tallies(self) -> dict:
+        """
+        What the recorder did: passes, tokens_recorded, tokens_without_room, tokens_already_taken, invalid_ids, layers_written_twice, tokens_held.
+        """
+
+    @property
+    def layout(self) -> RouteLayout: ...
+
+    @property
+    def topology(self) -> ModelTopology: ...
+
+    @property
+    def capacity_bytes(self) -> int: ...
+
+    @property
+    def max_tokens_per_pass(self) -> int: ...
+
+    @property
+    def capacity_tokens(self) -> int: ...
+
+class CpuRouteRecorder(RouteRecorder):
+    """The route recorder for host arrays."""
+
+    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests') -> None: ...
+
+class CudaRouteRecorder(RouteRecorder):
+    """
+    The route recorder for CUDA arrays, on the current device: layer hooks only enqueue a kernel (capturable in a CUDA graph); begin_pass/end_pass run on the host around replays.
+    """
+
+    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests') -> None: ...
+
+    def set_stream(self, stream: int) -> None:
+        """
+        The stream hooks and begin/end_pass enqueue on: torch.cuda.current_stream().cuda_stream.
+        """

@@ -45,4 +45,5 @@ NB_MODULE(_core, module) {
   moestat::python::bind_planning(module);
   moestat::python::bind_files(module);
   moestat::python::bind_online(module);
+  moestat::python::bind_routes(module);
 }

@@ -1,0 +1,124 @@
+"""Per-request routes through Python on numpy arrays: the CPU route recorder (request and slot
+keys) against a numpy reference, RoutedExperts' construction and checks, routes files."""
+import numpy as np
+import pytest
+
+import moestat
+
+
+def topology():
+    # Layer 0 dense; 6 experts on 8 slots; top-2.
+    return moestat.ModelTopology(3, 6, 2, moe_layers=[False, True, True], num_physical_experts=8)
+
+
+def test_the_recorder_keeps_each_requests_logical_routes_by_position(rng):
+    recorder = moestat.CpuRouteRecorder(topology(), max_tokens_per_pass=16, capacity_tokens=64)
+    placement = moestat.Placement(np.array([[0, 1, 2, 3, 4, 5, 0, 1]] * 3, dtype=np.int32), 6,
+                                  version=4)
+    recorder.set_placement(placement)
+    expected = {"a": [], "b": []}
+    positions = {"a": 0, "b": 0}
+    for step in range(5):
+        batch = [("a", positions["a"], 3 if step == 0 else 1), ("b", positions["b"], 1)]
+        rows = sum(count for _, _, count in batch) + 2  # two padding rows
+        recorder.begin_pass()
+        per_layer = {}
+        for layer in (1, 2):
+            # Distinct logical experts: slots 6, 7 stand for experts 0, 1.
+            ids = np.stack([rng.permutation([0, 2, 3, 4, 5, 7])[:2] for _ in range(rows)])
+            per_layer[layer] = ids
+            recorder.record_topk(layer, ids.astype(np.int32 if layer == 1 else np.int64))
+        recorder.end_pass(batch)
+        row = 0
+        for request, first, count in batch:
+            for _ in range(count):
+                logical = [placement.physical_to_logical[layer][per_layer[layer][row]]
+                           for layer in (1, 2)]
+                expected[request].append(np.stack(logical))
+                row += 1
+            positions[request] += count
+    first_take = recorder.take("a")
+    assert (first_take.first_position, first_take.num_tokens) == (0, 7)
+    rest = recorder.finish("a")
+    assert rest.num_tokens == 0 and rest.first_position == 7
+    b = recorder.finish("b")
+    for request, routes in (("a", first_take), ("b", b)):
+        assert routes.ids.dtype == np.uint8
+        assert routes.complete
+        np.testing.assert_array_equal(routes.ids, np.stack(expected[request]))
+        assert routes.placement_version == 4
+    tallies = recorder.tallies()
+    assert tallies["passes"] == 5 and tallies["tokens_held"] == 0
+    assert recorder.capacity_bytes == 64 * recorder.layout.bytes_per_token == 64 * 2 * 3
+
+
+def test_slot_keys_read_rows_in_the_order_asked():
+    recorder = moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2),
+                                        max_tokens_per_pass=4, capacity_tokens=8, keys="slots")
+    recorder.begin_pass()
+    recorder.record_topk(0, np.array([[0, 1], [2, 3]], dtype=np.int32))
+    recorder.end_pass_slots([6, 3])
+    routes = recorder.read_slots([3, 6, 0], request_id="r", first_position=2)
+    np.testing.assert_array_equal(routes.ids[:, 0], [[2, 3], [0, 1], [0, 0]])
+    np.testing.assert_array_equal(routes.valid[:, 0], [True, True, False])
+    with pytest.raises(moestat.Error, match="needs request-position keys"):
+        recorder.take("r")
+
+
+def test_routed_experts_are_checked_and_round_trip_through_a_file(tmp_path):
+    layout = moestat.RouteLayout(4, [1, 3], 300, 2)
+    assert layout.id_dtype == np.uint16
+    ids = np.array([[[0, 299], [5, 6]], [[7, 8], [0, 0]]])
+    valid = np.array([[True, True], [True, False]])
+    routes = moestat.RoutedExperts(layout, ids, valid, request_id="r", first_position=3,
+                                   model="m", placement_version=2)
+    assert routes.ids.dtype == np.uint16 and not routes.complete
+    assert routes.slice(1, 2).first_position == 4
+    path = tmp_path / "one.routes.safetensors"
+    moestat.write_routes(path, [routes, routes.slice(0, 1)])
+    again = moestat.read_routes(path)
+    assert again[0] == routes and again[1].num_tokens == 1
+    with pytest.raises(moestat.Error, match="expert 300 outside"):
+        moestat.RoutedExperts(layout, np.array([[[300, 1], [0, 1]]]))
+    with pytest.raises(moestat.Error, match="chose an expert twice"):
+        moestat.RoutedExperts(layout, np.array([[[1, 1], [0, 1]]]))
+    with pytest.raises(moestat.Error, match="not valid, so its ids must be 0"):
+        moestat.RoutedExperts(layout, np.array([[[1, 2], [0, 1]]]), np.array([[False, True]]))
+    with pytest.raises(moestat.Error, match=r"ids must be \[tokens, 2, 2\]"):
+        moestat.RoutedExperts(layout, np.zeros((2, 3, 2), dtype=np.int32))
+    with pytest.raises(moestat.Error, match="must be integers"):
+        moestat.RoutedExperts(layout, np.zeros((1, 2, 2), dtype=np.float32))
+    with pytest.raises(moestat.Error, match="not a routes file"):
+        moestat.write_placement(tmp_path / "p.safetensors",
+                                moestat.Placement(np.array([[0, 1]], dtype=np.int32), 2))
+        moestat.read_routes(tmp_path / "p.safetensors")
+
+
+def test_the_recorders_refuse_batches_that_do_not_fit():
+    recorder = moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2),
+                                        max_tokens_per_pass=4)
+    recorder.begin_pass()
+    with pytest.raises(moestat.Error, match="appears twice"):
+        recorder.end_pass([("a", 0, 1), ("a", 1, 1)])
+    with pytest.raises(TypeError, match="request_id: str, first_position: int"):
+        recorder.end_pass([("a", "zero", 1)])
+    with pytest.raises(moestat.Error, match="keys must be 'requests' or 'slots'"):
+        moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2), keys="kv")
+
+
+def test_padded_batch_lays_requests_out_after_their_padding():
+    from moestat.routing import padded_batch
+
+    layout = moestat.RouteLayout(2, [0, 1], 4, 1)
+    a = moestat.RoutedExperts(layout, np.array([[[1], [2]], [[3], [0]]]),
+                              np.array([[True, True], [True, False]]), request_id="a")
+    b = moestat.RoutedExperts(layout, np.array([[[2], [2]]]), request_id="b", first_position=1)
+    ids, valid = padded_batch([a, b], seq_len=4, offsets=[1, 0])
+    assert ids.shape == (2, 4, 2, 1) and ids.dtype == np.int64
+    np.testing.assert_array_equal(valid[0], [[False, False], [True, True], [True, False],
+                                             [False, False]])
+    np.testing.assert_array_equal(ids[0, 1:3, :, 0], [[1, 2], [3, 0]])
+    np.testing.assert_array_equal(valid[1, :, 0], [False, True, False, False])
+    assert padded_batch([a])[0].shape == (1, 2, 2, 1)
+    with pytest.raises(moestat.Error, match="does not fit 2 columns"):
+        padded_batch([a, b], seq_len=2, offsets=[1, 0])
