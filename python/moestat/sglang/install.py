@@ -8,6 +8,10 @@ moestat's recorder and swaps a recorder SGLang already made through SGLang's own
 SGLang starts its schedulers with ``multiprocessing`` "spawn", so a patch in the launching
 process does not reach them: ``python -m moestat.sglang.launch_server ...`` (or
 ``install_on_import()`` in every process) covers those.
+
+SGLang's routed-experts capturer is switched the same way when asked
+(``install_on_import(routed_experts=True)``, or MOESTAT_SGLANG_ROUTED_EXPERTS=1 in the
+server's environment): routed_experts.py.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import logging
+import os
 import sys
 
 from . import recorder as moestat_recorder
@@ -22,6 +27,9 @@ from . import recorder as moestat_recorder
 logger = logging.getLogger(__name__)
 
 SGLANG_RECORDER_MODULE = "sglang.srt.eplb.expert_distribution"
+SGLANG_CAPTURER_MODULE = "sglang.srt.state_capturer.routed_experts"
+#: "1": install_on_import() also installs moestat's routed-experts capturer (routed_experts.py).
+ROUTED_EXPERTS_ENV = "MOESTAT_SGLANG_ROUTED_EXPERTS"
 
 
 def install():
@@ -50,29 +58,54 @@ def install():
     return current
 
 
-def install_on_import():
-    """Runs ``install()`` as soon as SGLang's recorder module is imported (now if it is)."""
-    if SGLANG_RECORDER_MODULE in sys.modules:
-        install()
-    elif not any(isinstance(finder, _InstallAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _InstallAfterImport())
+def install_on_import(routed_experts=None):
+    """Runs ``install()`` as soon as SGLang's recorder module is imported (now if it is).
+
+    ``routed_experts``: also install moestat's routed-experts capturer
+    (``moestat.sglang.routed_experts.install``) when SGLang's capturer module is imported;
+    default: the environment variable MOESTAT_SGLANG_ROUTED_EXPERTS is "1".
+    """
+    if routed_experts is None:
+        routed_experts = os.environ.get(ROUTED_EXPERTS_ENV) == "1"
+    _on_import(SGLANG_RECORDER_MODULE, install)
+    if routed_experts:
+        _on_import(SGLANG_CAPTURER_MODULE, _install_routed_experts)
+
+
+def _install_routed_experts():
+    from . import routed_experts
+
+    routed_experts.install()
+
+
+def _on_import(name, installer):
+    if name in sys.modules:
+        installer()
+    elif not any(isinstance(finder, _InstallAfterImport) and finder.name == name
+                 for finder in sys.meta_path):
+        sys.meta_path.insert(0, _InstallAfterImport(name, installer))
 
 
 class _InstallAfterImport(importlib.abc.MetaPathFinder):
-    """Finds SGLang's recorder module with the other finders and installs once it has run."""
+    """Finds one SGLang module with the other finders and installs once it has run."""
+
+    def __init__(self, name, installer):
+        self.name = name
+        self.installer = installer
 
     def find_spec(self, name, path, target=None):
-        if name != SGLANG_RECORDER_MODULE:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
         run_module = spec.loader.exec_module
+        installer = self.installer
 
         def exec_then_install(module):
             run_module(module)
-            install()
+            installer()
 
         spec.loader.exec_module = exec_then_install
         return spec
