@@ -114,20 +114,25 @@ RoutedExperts make_routes(const RouteLayout& layout, nb::handle ids_argument,
 }
 
 std::vector<routes::TokenSpan> batch_argument(nb::handle value) {
-  std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> spans;
-  std::vector<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t>> placed;
+  constexpr const char* kExpected =
+      "a list of (request_id: str, first_position: int, num_tokens: int[, first_row: int])";
+  if (!nb::isinstance<nb::sequence>(value) || nb::isinstance<nb::str>(value)) {
+    raise_argument_type("end_pass", "batch", kExpected, value);
+  }
   std::vector<routes::TokenSpan> out;
-  if (nb::try_cast(value, spans)) {
-    for (auto& [request, first, count] : spans) out.push_back({std::move(request), first, count});
-  } else if (nb::try_cast(value, placed)) {
-    for (auto& [request, first, count, row] : placed) {
+  for (nb::handle item : value) {
+    // Spans of three and of four fields may be mixed in one batch.
+    std::tuple<std::string, std::int64_t, std::int64_t> span;
+    std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t> placed;
+    if (nb::try_cast(item, span)) {
+      auto& [request, first, count] = span;
+      out.push_back({std::move(request), first, count});
+    } else if (nb::try_cast(item, placed)) {
+      auto& [request, first, count, row] = placed;
       out.push_back({std::move(request), first, count, row});
+    } else {
+      raise_argument_type("end_pass", "batch", kExpected, item);
     }
-  } else {
-    raise_argument_type("end_pass", "batch",
-                        "a list of (request_id: str, first_position: int, num_tokens: int"
-                        "[, first_row: int])",
-                        value);
   }
   return out;
 }

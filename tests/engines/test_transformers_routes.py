@@ -15,16 +15,37 @@ import hf_models
 ARCHITECTURES = hf_models.available_architectures()
 
 
+def router_logits_of_each_forward(model) -> list:
+    """A list that gets, for every forward of model, its routers' logits in layer order, taken
+    from the routers themselves: not every transformers version returns router_logits for
+    every family (DeepSeek-V3 on 5.17 does not)."""
+    steps = []
+    routers = hf_models.routers_by_layer(model)
+    model.register_forward_pre_hook(lambda module, args: steps.append([None] * len(routers)))
+    for column, router in enumerate(routers[layer] for layer in sorted(routers)):
+        def keep(router, args, output, column=column):
+            steps[-1][column] = output[0]
+        router.register_forward_hook(keep)
+    return steps
+
+
 def route_recorder_for(model, **options):
-    return moestat.CpuRouteRecorder(moestat_hf.topology_from_config(model.config), **options)
+    recorder_type = (moestat.CpuRouteRecorder if next(model.parameters()).device.type == "cpu"
+                     else moestat.CudaRouteRecorder)
+    return recorder_type(moestat_hf.topology_from_config(model.config), **options)
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not (torch.cuda.is_available() and moestat.has_cuda), reason="needs CUDA"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model_type", ARCHITECTURES)
-def test_generate_captures_each_sequences_routes_as_its_routers_chose_them(model_type):
-    model = hf_models.tiny_model(model_type, seed=2)
+def test_generate_captures_each_sequences_routes_as_its_routers_chose_them(model_type, device):
+    model = hf_models.tiny_model(model_type, seed=2).to(device)
     lengths = (7, 4, 6)
-    input_ids, attention_mask = hf_models.padded_batch(seed=2, lengths=lengths)
-    steps = hf_models.router_logits_of_each_forward(model)
+    input_ids, attention_mask = hf_models.padded_batch(seed=2, lengths=lengths, device=device)
+    steps = router_logits_of_each_forward(model)
     recorder = route_recorder_for(model)
     new_tokens = 4
     requests = ["a", "b", "c"]
@@ -49,7 +70,7 @@ def test_generate_captures_each_sequences_routes_as_its_routers_chose_them(model
                 step, row = position - lengths[b] + 1, b
             for column, layer in enumerate(moe_layers):
                 logits = steps[step][column]
-                want = hf_models.top_k_from_logits(model, layer, logits)[row]
+                want = hf_models.top_k_from_logits(model, layer, logits)[row].cpu()
                 assert sorted(got.ids[position, column].tolist()) == sorted(want.tolist()), (
                     f"{request} position {position} layer {layer}")
     assert recorder.tallies()["passes"] == new_tokens

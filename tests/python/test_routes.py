@@ -102,6 +102,9 @@ def test_the_recorders_refuse_batches_that_do_not_fit():
         recorder.end_pass([("a", 0, 1), ("a", 1, 1)])
     with pytest.raises(TypeError, match="request_id: str, first_position: int"):
         recorder.end_pass([("a", "zero", 1)])
+    recorder.record_topk(0, np.array([[0, 1], [1, 2], [2, 3]], dtype=np.int32))
+    recorder.end_pass([("a", 0, 1), ("b", 5, 1, 2)])  # b in batch row 2: spans mix 3 and 4 fields
+    assert recorder.finish("b").ids[0, 0].tolist() == [2, 3]
     with pytest.raises(moestat.Error, match="keys must be 'requests' or 'slots'"):
         moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2), keys="kv")
 

@@ -59,10 +59,13 @@ def test_a_captured_forward_replayed_with_new_batches():
             # No pass is open while the stream is captured: the kernels run at each replay.
             gpu.record_topk_layers([1, 2, 3, 4], static_ids)
     generator = torch.Generator().manual_seed(4)
+    positions = [0] * 7
     with torch.cuda.stream(stream):
         gpu.set_stream(stream.cuda_stream)
         for step in range(40):
-            batch = [(f"r{i}", step, 1) for i in range(step % 7 + 1)]
+            batch = [(f"r{i}", positions[i], 1) for i in range(step % 7 + 1)]
+            for i in range(step % 7 + 1):
+                positions[i] += 1
             ids = [routed(generator) for _ in range(4)]
             for buffer, layer_ids in zip(static_ids, ids):
                 buffer.copy_(layer_ids, non_blocking=False)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine: the route recorders' GPU tests (and under compute-sanitizer), the
-# Python package's CUDA route tests, the routing-replay and route-capture engine tests on the
-# GPU, and the capture cost on a real decode step (bench/routes_step_cost.py).
+# Runs on a GPU machine: the route recorders' GPU tests, the capture cost on a real decode step
+# (bench/routes_step_cost.py), the Python package's CUDA route tests and the route-capture,
+# SGLang capturer and routing-replay engine tests on the GPU, then the GPU tests under
+# compute-sanitizer (last: the slowest, and the least needed to read the rest).
 #
 # Usage: tests/routes/run_device_routes.sh BIN_DIR OUT_DIR [DEPS_PREFIX]
 #   BIN_DIR: moestat_gpu_route_tests, built with nvcc where the whole project builds.
@@ -10,6 +11,8 @@
 #     and its libraries, pkgconf. The package is built here without the report layer and the
 #     CLI (MOESTAT_BUILD_REPORT=OFF), so librsvg, Cairo and CLI11 are not needed.
 #   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own).
+#   MOESTAT_SGLANG_WHEEL: an sglang 0.5.23 wheel (or a zip of its state_capturer and
+#     detokenizer files and dist-info), where the machine has no sglang installed.
 set -uo pipefail
 bin=$1
 out=$2
@@ -43,6 +46,19 @@ echo "== GPU route tests"
 "$bin/moestat_gpu_route_tests" >"$out/gpu_tests.log" 2>&1 || status=1
 tail -n 3 "$out/gpu_tests.log"
 grep -E "^\[  FAILED" "$out/gpu_tests.log"
+
+export PYTHONPATH="$PWD/build-device/python:$PWD/tests/engines${PYTHONPATH:+:$PYTHONPATH}"
+echo "== capture cost on a decode step"
+(cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) 2>&1 |
+  tee "$out/routes_step_cost.log" | tail -n 12
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+echo "== Python and engine tests on CUDA"
+python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_routes_cuda.py \
+  tests/engines/test_transformers_routes.py tests/engines/test_sglang_routed_experts.py \
+  tests/engines/test_routing_replay.py 2>&1 | tee "$out/pytest.log" | tail -n 25
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
 for tool in memcheck racecheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/moestat_gpu_route_tests" \
     --gtest_filter='CudaRouteRecorder.EqualsTheCpuRecorderEagerly' >"$out/sanitizer.log" 2>&1
@@ -52,16 +68,4 @@ for tool in memcheck racecheck; do
   [[ $code -eq 0 ]] || { tail -n 20 "$out/sanitizer.log"; status=1; }
 done
 rm -f "$out/sanitizer.log"
-
-echo "== Python and engine tests on CUDA"
-export PYTHONPATH="$PWD/build-device/python:$PWD/tests/engines${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_routes_cuda.py \
-  tests/engines/test_routing_replay.py tests/engines/test_transformers_routes.py 2>&1 |
-  tee "$out/pytest.log" | tail -n 25
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-
-echo "== capture cost on a decode step"
-(cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) 2>&1 |
-  tee "$out/routes_step_cost.log" | tail -n 12
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 exit $status
