@@ -11,6 +11,7 @@
 #     and its libraries, pkgconf. The package is built here without the report layer and the
 #     CLI (MOESTAT_BUILD_REPORT=OFF), so librsvg, Cairo and CLI11 are not needed.
 #   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own).
+#   TESTS: the pytest files to run (default: all four below); SANITIZE=0 skips the sanitizers.
 #   MOESTAT_SGLANG_WHEEL: an sglang 0.5.23 wheel (or a zip of its state_capturer and
 #     detokenizer files and dist-info), where the machine has no sglang installed.
 set -uo pipefail
@@ -54,11 +55,13 @@ echo "== capture cost on a decode step"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 echo "== Python and engine tests on CUDA"
-python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_routes_cuda.py \
-  tests/engines/test_transformers_routes.py tests/engines/test_sglang_routed_experts.py \
-  tests/engines/test_routing_replay.py 2>&1 | tee "$out/pytest.log" | tail -n 25
+tests=${TESTS:-tests/python/test_routes_cuda.py tests/engines/test_transformers_routes.py
+  tests/engines/test_sglang_routed_experts.py tests/engines/test_routing_replay.py}
+# shellcheck disable=SC2086
+python3 -m pytest -q -p no:cacheprovider -rs $tests 2>&1 | tee "$out/pytest.log" | tail -n 25
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
+[[ ${SANITIZE:-1} == 1 ]] || exit $status
 for tool in memcheck racecheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/moestat_gpu_route_tests" \
     --gtest_filter='CudaRouteRecorder.EqualsTheCpuRecorderEagerly' >"$out/sanitizer.log" 2>&1
