@@ -586,7 +586,7 @@ class RouteRecorder:
         """
 
     def record_topk_layers(self, layers: Sequence[int], topk_ids: Sequence[object]) -> None:
-        """record_topk for several layers (one CUDA launch per 32)."""
+        """record_topk for several layers (one CUDA launch per 64)."""
 
     def end_pass(self, batch: object) -> None:
         """

@@ -297,7 +297,7 @@ void bind_routes(nb::module_& module) {
             nb::gil_scoped_release unlocked;
             recorder.record_topk_layers(batch);
           },
-          "layers"_a, "topk_ids"_a, "record_topk for several layers (one CUDA launch per 32).")
+          "layers"_a, "topk_ids"_a, "record_topk for several layers (one CUDA launch per 64).")
       .def(
           "end_pass",
           [](RouteRecorder& recorder, nb::handle batch) {

@@ -1,5 +1,5 @@
 // The CUDA backend of the route recorder: scratch rows and the row store in device memory,
-// written by one kernel launch per 32 layers; safe inside captured CUDA graphs (the layer hooks
+// written by one kernel launch per 64 layers; safe inside captured CUDA graphs (the layer hooks
 // only enqueue that kernel, which stamps its rows with a device-side pass counter).
 #pragma once
 
@@ -18,9 +18,10 @@ namespace moestat::routes {
 /// end_pass(batch) on the host, on the stream the graph replays on (set_stream). begin_pass,
 /// end_pass and abort_pass themselves are refused while the stream is being captured.
 ///
-/// end_pass copies the pass's row moves through a ring of pinned host buffers and enqueues
-/// one kernel; it waits for the GPU only when the host runs more than kMoveSlots passes ahead
-/// of it. take() waits for the passes it reads, on a stream of its own.
+/// end_pass enqueues one kernel, with the pass's row moves in its parameters up to 256 tokens;
+/// larger batches' moves go through a ring of pinned host buffers first, and end_pass waits
+/// for the GPU only when the host runs more than kMoveSlots such passes ahead of it. take()
+/// waits for the passes it reads, on a stream of its own.
 class CudaRouteRecorder final : public RouteRecorder {
  public:
   static constexpr int kMoveSlots = 16;

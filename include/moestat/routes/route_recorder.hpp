@@ -114,7 +114,7 @@ class RouteRecorder {
   ///   PHYSICAL ids, any strides, on the backend's device; only the first top_k columns are
   ///   read (fused shared-expert columns follow them).
   void record_topk(std::int64_t layer, const TensorView& topk_ids);
-  /// record_topk for several layers at once (the CUDA backend: one launch per 32 layers).
+  /// record_topk for several layers at once (the CUDA backend: one launch per 64 layers).
   void record_topk_layers(std::span<const LayerTopk> layers);
   /// Closes the pass: the batch rows `batch` covers become those requests' positions, and can
   /// be taken. A request at most once; spans may not overlap or pass max_tokens_per_pass.

@@ -173,6 +173,18 @@ void CudaRouteRecorder::do_record(std::span<const ColumnIds> layers) {
 
 void CudaRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   Device& device = *device_;
+  if (moves.size() <= std::size_t(cuda::kInlineMoves)) {
+    // A decode batch's moves go in the kernel's parameters: no copy, no ring slot.
+    cuda::InlineMoves inline_moves;
+    for (std::size_t i = 0; i < moves.size(); ++i) {
+      inline_moves.pairs[2 * i] = moves[i].batch_row;
+      inline_moves.pairs[2 * i + 1] = moves[i].store_row;
+    }
+    cuda::launch_end_pass(device.buffers, nullptr, inline_moves, std::int64_t(moves.size()),
+                          stream_);
+    MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
+    return;
+  }
   const int slot = device.next_move_slot;
   device.next_move_slot = (slot + 1) % kMoveSlots;
   // Only when the host is kMoveSlots passes ahead of the GPU does this wait.
@@ -190,13 +202,14 @@ void CudaRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   }
   MOESTAT_CUDA_CHECK(cudaEventRecord(device.move_copied[slot].get(), stream_));
   device.move_slot_used[slot] = true;
-  cuda::launch_end_pass(device.buffers, device.device_moves, std::int64_t(moves.size()), stream_);
+  cuda::launch_end_pass(device.buffers, device.device_moves, cuda::InlineMoves{},
+                        std::int64_t(moves.size()), stream_);
   MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
 }
 
 void CudaRouteRecorder::do_abort_pass() {
   // No moves: only the stamp advances, so what the pass wrote is never read.
-  cuda::launch_end_pass(device_->buffers, device_->device_moves, 0, stream_);
+  cuda::launch_end_pass(device_->buffers, nullptr, cuda::InlineMoves{}, 0, stream_);
   MOESTAT_CUDA_CHECK(cudaEventRecord(device_->pass_ended.get(), stream_));
 }
 

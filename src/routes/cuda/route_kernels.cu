@@ -1,7 +1,7 @@
 // The route recorder's kernels: write the routers' ids into scratch rows, move them into the
 // store at the end of the pass, gather store rows for take().
 //
-// A pass's writes cost one launch per 32 layers (record_topk_layers): each thread takes one
+// A pass's writes cost one launch per 64 layers (record_topk_layers): each thread takes one
 // token of one layer, maps its top_k physical ids through the placement and writes them
 // narrowed to 1, 2 or 4 bytes, with the pass's stamp. No shared memory, no reduction: at
 // decode sizes the cost is the launch and a few dependent loads. The stamp (a device counter
@@ -16,7 +16,7 @@ namespace moestat::routes::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxLayersPerLaunch = 32;
+constexpr int kMaxLayersPerLaunch = 64;
 // The end-of-pass kernel is one block, so it can advance the stamp after every thread read it.
 constexpr int kEndThreads = 1024;
 
@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kEndThreads)
-    end_pass_kernel(RouteBuffers buffers, const int* moves, long long num_moves) {
+    end_pass_kernel(RouteBuffers buffers, const int* device_moves, InlineMoves inline_moves,
+                    long long num_moves) {
+  const int* moves = device_moves != nullptr ? device_moves : inline_moves.pairs;
   const unsigned stamp = *buffers.pass_stamp;
   const long long column_bytes = static_cast<long long>(buffers.top_k) * buffers.id_bytes;
   const long long cells = num_moves * buffers.num_columns;
@@ -131,9 +133,10 @@ void launch_record_routes(const RouteBuffers& buffers, std::span<const LayerRout
   }
 }
 
-void launch_end_pass(const RouteBuffers& buffers, const int* moves, std::int64_t num_moves,
-                     cudaStream_t stream) {
-  end_pass_kernel<<<1, kEndThreads, 0, stream>>>(buffers, moves, num_moves);
+void launch_end_pass(const RouteBuffers& buffers, const int* moves, const InlineMoves& inline_moves,
+                     std::int64_t num_moves, cudaStream_t stream) {
+  static_assert(sizeof(InlineMoves) + sizeof(RouteBuffers) < 4000, "kernel parameters too large");
+  end_pass_kernel<<<1, kEndThreads, 0, stream>>>(buffers, moves, inline_moves, num_moves);
   MOESTAT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -42,14 +42,22 @@ struct LayerRoutes {
 /// Writes each layer's ids, mapped to logical ids, into the scratch rows of their batch rows
 /// and stamps them with the open pass; a row the pass already stamped (written twice), or
 /// with an id outside [0, P) or two ids of one logical expert, is tallied and left as it was.
-/// One launch per 32 layers.
+/// One launch per 64 layers.
 void launch_record_routes(const RouteBuffers& buffers, std::span<const LayerRoutes> layers,
                           std::int64_t max_rows, cudaStream_t stream);
 
-/// Ends the pass: moves scratch row moves[2i] into store row moves[2i + 1] for i < num_moves
-/// ([2 * num_moves] int32, device), valid where the pass stamped it, then advances the stamp.
-void launch_end_pass(const RouteBuffers& buffers, const int* moves, std::int64_t num_moves,
-                     cudaStream_t stream);
+/// The row moves of a pass small enough to travel in the end-of-pass kernel's parameters
+/// (decode batches), which spares a copy to the device before it.
+inline constexpr int kInlineMoves = 256;
+struct InlineMoves {
+  int pairs[2 * kInlineMoves];
+};
+
+/// Ends the pass: moves scratch row moves[2i] into store row moves[2i + 1] for i < num_moves,
+/// valid where the pass stamped it, then advances the stamp. `moves`: [2 * num_moves] int32 on
+/// the device, or nullptr when `inline_moves` holds them (num_moves <= kInlineMoves).
+void launch_end_pass(const RouteBuffers& buffers, const int* moves, const InlineMoves& inline_moves,
+                     std::int64_t num_moves, cudaStream_t stream);
 
 /// Gathers store rows `rows` ([num_rows] device; -1 gives zeros) into `ids` ([num_rows, C, K])
 /// and `valid` ([num_rows, C]), device buffers.
