@@ -125,3 +125,28 @@ def test_padded_batch_lays_requests_out_after_their_padding():
     assert padded_batch([a])[0].shape == (1, 2, 2, 1)
     with pytest.raises(moestat.Error, match="does not fit 2 columns"):
         padded_batch([a, b], seq_len=2, offsets=[1, 0])
+
+
+@pytest.mark.parametrize("num_experts, bits", [(1, 1), (2, 1), (8, 3), (128, 7), (160, 8),
+                                               (256, 8), (384, 9), (70000, 17)])
+def test_packed_ids_round_trip_in_ceil_log2_bits(rng, num_experts, bits):
+    from moestat.routing import bits_per_id, pack_ids, unpack_ids
+
+    assert bits_per_id(num_experts) == bits
+    ids = rng.integers(0, num_experts, size=(13, 5, 3))
+    packed = pack_ids(ids, num_experts)
+    assert len(packed) == (ids.size * bits + 7) // 8
+    np.testing.assert_array_equal(unpack_ids(packed, ids.shape, num_experts), ids)
+
+
+def test_packed_ids_refuse_what_they_cannot_hold():
+    from moestat.routing import pack_ids, unpack_ids
+
+    with pytest.raises(moestat.Error, match=r"outside \[0, 8\)"):
+        pack_ids(np.array([8]), 8)
+    with pytest.raises(moestat.Error, match="must be integers"):
+        pack_ids(np.array([0.5]), 8)
+    with pytest.raises(moestat.Error, match="3 bytes; 4 ids of 7 bits take 4"):
+        unpack_ids(b"abc", (4,), 128)
+    with pytest.raises(moestat.Error, match=r"outside \[0, 6\)"):
+        unpack_ids(bytes([0xFF]), (2,), 6)  # 3-bit fields of 7
