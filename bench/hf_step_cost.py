@@ -237,7 +237,7 @@ def check_recorded(recorder, tokens: int, steps: int) -> str:
 
 def decode_step(model, batch: int, context: int):
     """A step() decoding one token for each of batch sequences at position context - 1 of a
-    static cache (its contents do not matter to the time)."""
+    static cache (its contents do not matter to the time); step.cache is the cache."""
     cache = transformers.StaticCache(config=model.config, max_cache_len=context)
     input_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device="cuda")
     position = torch.full((batch, 1), context - 1, device="cuda")
@@ -246,6 +246,7 @@ def decode_step(model, batch: int, context: int):
     def step():
         model(input_ids=input_ids, position_ids=position, cache_position=cache_position,
               past_key_values=cache, use_cache=True, logits_to_keep=1)
+    step.cache = cache  # for a caller that resets it between rounds
     return step
 
 

@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 import torch
+import transformers
 from torch.utils.dlpack import to_dlpack
 
 import moestat
@@ -165,29 +166,14 @@ class SglangStyleCapture:
             self.pending = None
 
 
-def decode_step(model, batch: int, context: int):
-    """(step, cache): step() decodes one token for each of batch sequences into cache."""
-    import transformers
-
-    cache = transformers.StaticCache(config=model.config, max_cache_len=context)
-    input_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device="cuda")
-    position = torch.full((batch, 1), context - 1, device="cuda")
-    cache_position = torch.tensor([context - 1], device="cuda")
-
-    def step():
-        model(input_ids=input_ids, position_ids=position, cache_position=cache_position,
-              past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return step, cache
-
-
 def measure(model, batch, arguments):
-    step, cache = decode_step(model, batch, arguments.context)
+    step = hf_step_cost.decode_step(model, batch, arguments.context)
 
     def reset_caches():
         # The static cache's write index is a device counter every replay advances (the
         # cache_position passed is not what it writes at): reset it in place before it runs
         # past the cache's end.
-        cache.reset()
+        step.cache.reset()
 
     graphs = {variant: [] for variant in VARIANTS}
     moestat_capture = MoestatCapture(model, batch)
@@ -302,7 +288,6 @@ def main() -> int:
                 with open(arguments.json, "w") as file:
                     json.dump(report, file, indent=1)
             torch.cuda.empty_cache()
-    import transformers
     print(f"\n{arguments.layers} layers of Qwen3-30B-A3B, bf16, {report['device']}, torch "
           f"{torch.__version__}, transformers {transformers.__version__}, {arguments.rounds} "
           f"rounds of {arguments.steps} steps, {arguments.captures} graphs per variant "

@@ -154,6 +154,26 @@ routes::RouteRecorderOptions route_options(nb::handle max_tokens_per_pass,
   return options;
 }
 
+/// The class of a route recorder backend, with the constructor every backend shares.
+template <typename Backend>
+nb::class_<Backend, RouteRecorder> add_route_recorder(nb::module_& module, const char* name,
+                                                      const char* doc) {
+  return nb::class_<Backend, RouteRecorder>(module, name, doc)
+      .def(
+          "__init__",
+          [name](Backend* self, nb::handle topology, nb::handle max_tokens_per_pass,
+                 nb::handle capacity_tokens, nb::handle keys) {
+            new (self) Backend(instance_argument<ModelTopology>(topology, name, "topology",
+                                                                "a moestat.ModelTopology"),
+                               route_options(max_tokens_per_pass, capacity_tokens, keys, name));
+          },
+          "topology"_a.none(), nb::kw_only(), "max_tokens_per_pass"_a.none() = 8192,
+          "capacity_tokens"_a.none() = 65536, "keys"_a.none() = "requests",
+          nb::sig("def __init__(self, topology: moestat._core.ModelTopology, *, "
+                  "max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, "
+                  "keys: str = 'requests') -> None"));
+}
+
 nb::dict tallies_dict(const routes::RouteTallies& tallies) {
   nb::dict out;
   out["passes"] = tallies.passes;
@@ -350,44 +370,13 @@ void bind_routes(nb::module_& module) {
         return recorder.options().capacity_tokens;
       });
 
-  nb::class_<routes::CpuRouteRecorder, RouteRecorder>(module, "CpuRouteRecorder",
-                                                      "The route recorder for host arrays.")
-      .def(
-          "__init__",
-          [](routes::CpuRouteRecorder* self, nb::handle topology, nb::handle max_tokens_per_pass,
-             nb::handle capacity_tokens, nb::handle keys) {
-            constexpr const char* kFunction = "CpuRouteRecorder";
-            new (self) routes::CpuRouteRecorder(
-                instance_argument<ModelTopology>(topology, kFunction, "topology",
-                                                 "a moestat.ModelTopology"),
-                route_options(max_tokens_per_pass, capacity_tokens, keys, kFunction));
-          },
-          "topology"_a.none(), nb::kw_only(), "max_tokens_per_pass"_a.none() = 8192,
-          "capacity_tokens"_a.none() = 65536, "keys"_a.none() = "requests",
-          nb::sig("def __init__(self, topology: moestat._core.ModelTopology, *, "
-                  "max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, "
-                  "keys: str = 'requests') -> None"));
-
+  add_route_recorder<routes::CpuRouteRecorder>(module, "CpuRouteRecorder",
+                                               "The route recorder for host arrays.");
 #ifdef MOESTAT_HAS_CUDA
-  nb::class_<routes::CudaRouteRecorder, RouteRecorder>(
+  add_route_recorder<routes::CudaRouteRecorder>(
       module, "CudaRouteRecorder",
       "The route recorder for CUDA arrays, on the current device: layer hooks only enqueue a "
       "kernel (capturable in a CUDA graph); begin_pass/end_pass run on the host around replays.")
-      .def(
-          "__init__",
-          [](routes::CudaRouteRecorder* self, nb::handle topology, nb::handle max_tokens_per_pass,
-             nb::handle capacity_tokens, nb::handle keys) {
-            constexpr const char* kFunction = "CudaRouteRecorder";
-            new (self) routes::CudaRouteRecorder(
-                instance_argument<ModelTopology>(topology, kFunction, "topology",
-                                                 "a moestat.ModelTopology"),
-                route_options(max_tokens_per_pass, capacity_tokens, keys, kFunction));
-          },
-          "topology"_a.none(), nb::kw_only(), "max_tokens_per_pass"_a.none() = 8192,
-          "capacity_tokens"_a.none() = 65536, "keys"_a.none() = "requests",
-          nb::sig("def __init__(self, topology: moestat._core.ModelTopology, *, "
-                  "max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, "
-                  "keys: str = 'requests') -> None"))
       .def(
           "set_stream",
           [](routes::CudaRouteRecorder& recorder, std::uintptr_t stream) {

@@ -17,15 +17,8 @@ deps=${2:-}
 mkdir -p "$out"
 status=0
 
-cmake_args=()
-if [[ -n $deps ]]; then
-  deps=$(realpath "$deps")
-  export PATH="$deps/usr/bin:$PATH"
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PKG_CONFIG_SYSROOT_DIR=$deps
-  export PKG_CONFIG_LIBDIR="$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig"
-  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
-fi
+# shellcheck source=../device_deps.sh
+source "$(dirname "$0")/../device_deps.sh"
 
 echo "== build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON \
