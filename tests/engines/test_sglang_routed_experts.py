@@ -3,10 +3,9 @@
 SGLang's ``sglang/srt/state_capturer/base.py`` (``BaseDeviceCache``, ``BaseHostCache``,
 ``BaseTopkCapturer``, ``TopkCaptureOutput``) and ``routed_experts.py`` (``RoutedExpertsCapturer``:
 its ``create``, the fused shared-expert padding, the DP-attention slice) are loaded from the
-real files under their real names. Neither imports on its own (the whole server), so, as
-test_sglang_routes_wire.py does, the sglang packages they live in are made bare (no
-``__init__.py`` runs) and each server module they import is a stand-in holding only the names
-they import, in ``sys.modules`` only while the files execute:
+real files under their real names by sglang_state_capturer.py (see its docstring), as for
+test_sglang_routes_wire.py: the sglang packages they live in are made bare and each server
+module they import is a stand-in holding only the names they import:
 
 - ``mem_cache.pool_host.common``: ``ALLOC_MEMORY_FUNCS[device]`` allocates the host cache as a
   plain CPU tensor (pinned where CUDA is there), ``HostTensorAllocator`` and
@@ -28,27 +27,21 @@ difference is asserted.
 
 ``pybase64`` is not in .venv-engines: where it is missing, the standard library's base64
 stands in (pybase64 documents itself a drop-in for it). MOESTAT_SGLANG_WHEEL (an sglang
-wheel) is honoured, as in the harness.
+wheel) is honoured, as in the harness (sglang_state_capturer.sglang_file).
 """
 from __future__ import annotations
 
-import ast
-import base64
-import contextlib
 import gc
 import importlib
-import importlib.machinery
-import importlib.metadata
-import importlib.util
-import os
-import pathlib
 import sys
 import types
-import zipfile
-from typing import List, Optional
 
 import numpy as np
 import pytest
+
+from sglang_state_capturer import (BASE, PINNED, ROUTED_EXPERTS, b64_encode_per_request,
+                                   bare_package, load, pybase64_module, sglang_file,
+                                   stand_in_module)
 
 torch = pytest.importorskip("torch")
 
@@ -58,11 +51,6 @@ from moestat.sglang import routed_experts as moestat_routed  # noqa: E402
 
 # (moestat.sglang.install is also the name of the function moestat.sglang exports.)
 moestat_install = importlib.import_module("moestat.sglang.install")
-
-PINNED = "0.5.23"
-BASE = "sglang/srt/state_capturer/base.py"
-ROUTED_EXPERTS = "sglang/srt/state_capturer/routed_experts.py"
-DETOKENIZER = "sglang/srt/managers/detokenizer_manager.py"
 
 # A DeepSeek-like model: dense layers 0 and 3, MoE layers 1, 2, 4, 5; top-4 of 20 experts and
 # one fused shared expert (id 20) whose column follows the routed ones.
@@ -85,76 +73,6 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
 # ---------------------------------------------------------------------------------------------
 
 
-def _sglang_file(relative: str, tmp_dir: pathlib.Path) -> tuple[pathlib.Path, str]:
-    """(path of `relative` inside the sglang package, sglang's version)."""
-    wheel = os.environ.get("MOESTAT_SGLANG_WHEEL")
-    if wheel:
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extract(relative, tmp_dir)
-            version = next((line.split(":", 1)[1].strip()
-                            for name in archive.namelist()
-                            if name.startswith("sglang-") and name.endswith(".dist-info/METADATA")
-                            for line in archive.read(name).decode().splitlines()
-                            if line.startswith("Version:")), "unknown")
-        return tmp_dir / relative, version
-    spec = importlib.util.find_spec("sglang")  # looks the package up; runs nothing
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("sglang is not installed (scripts/setup_engine_venv.sh), and "
-                    "MOESTAT_SGLANG_WHEEL is not set")
-    root = pathlib.Path(list(spec.submodule_search_locations)[0]).parent
-    return root / relative, importlib.metadata.version("sglang")
-
-
-def _pybase64() -> types.ModuleType:
-    try:
-        import pybase64  # noqa: PLC0415
-
-        return pybase64
-    except ImportError:
-        module = types.ModuleType("pybase64")
-        module.b64encode = base64.b64encode
-        module.b64decode = base64.b64decode
-        return module
-
-
-def _module(name: str, **names) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    module.__dict__.update(names)
-    return module
-
-
-def _package(name: str) -> types.ModuleType:
-    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = []
-    module = importlib.util.module_from_spec(spec)
-    module.__path__ = []
-    return module
-
-
-@contextlib.contextmanager
-def _modules(modules: dict):
-    """`modules` in sys.modules for the duration; what was there before comes back after."""
-    saved = {name: sys.modules.get(name) for name in modules}
-    sys.modules.update(modules)
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
-def _load(name: str, path: pathlib.Path, stand_ins: dict) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    with _modules({**stand_ins, name: module}):
-        spec.loader.exec_module(module)
-    return module
-
-
 def _host_alloc(shape, dtype, device, pin_memory, allocator):
     return torch.empty(shape, dtype=dtype, device=device,
                        pin_memory=pin_memory and torch.cuda.is_available())
@@ -171,7 +89,7 @@ class _A2ABackend:
 
 
 def _runtime_context() -> types.ModuleType:
-    return _module(
+    return stand_in_module(
         "sglang.srt.runtime_context",
         get_exec=lambda: types.SimpleNamespace(features=types.SimpleNamespace(
             enable_return_routed_experts=SETTINGS.enabled)),
@@ -188,27 +106,27 @@ def _stand_ins() -> dict:
                 "sglang.srt.model_executor", "sglang.srt.configs", "sglang.srt.layers",
                 "sglang.srt.state_capturer")
     return {
-        **{name: _package(name) for name in packages},
-        "pybase64": _pybase64(),
-        "sglang.srt.mem_cache.memory_pool": _module(
+        **{name: bare_package(name) for name in packages},
+        "pybase64": pybase64_module(),
+        "sglang.srt.mem_cache.memory_pool": stand_in_module(
             "sglang.srt.mem_cache.memory_pool", ReqToTokenPool=bare),
-        "sglang.srt.mem_cache.pool_host.common": _module(
+        "sglang.srt.mem_cache.pool_host.common": stand_in_module(
             "sglang.srt.mem_cache.pool_host.common",
             ALLOC_MEMORY_FUNCS={"cpu": _host_alloc, "cuda": _host_alloc, "meta": _host_alloc},
             HostTensorAllocator=bare, _cuda_host_unregister=lambda tensor: None),
-        "sglang.srt.model_executor.forward_batch_info": _module(
+        "sglang.srt.model_executor.forward_batch_info": stand_in_module(
             "sglang.srt.model_executor.forward_batch_info", ForwardBatch=bare),
-        "sglang.srt.utils": _module("sglang.srt.utils", is_cuda=lambda: False,
-                                    is_hip=lambda: False),
-        "sglang.srt.configs.model_config": _module("sglang.srt.configs.model_config",
-                                                   ModelConfig=bare),
-        "sglang.srt.layers.dp_attention": _module(
+        "sglang.srt.utils": stand_in_module("sglang.srt.utils", is_cuda=lambda: False,
+                                            is_hip=lambda: False),
+        "sglang.srt.configs.model_config": stand_in_module(
+            "sglang.srt.configs.model_config", ModelConfig=bare),
+        "sglang.srt.layers.dp_attention": stand_in_module(
             "sglang.srt.layers.dp_attention",
             is_dp_attention_enabled=lambda: SETTINGS.dp_attention,
             get_dp_local_slice_cpu=lambda *args: SETTINGS.dp_local_slice(*args),
             attn_tp_all_gather_into_tensor=None),
-        "sglang.srt.layers.moe": _module("sglang.srt.layers.moe",
-                                         get_moe_a2a_backend=lambda: _A2ABackend()),
+        "sglang.srt.layers.moe": stand_in_module("sglang.srt.layers.moe",
+                                                 get_moe_a2a_backend=lambda: _A2ABackend()),
         "sglang.srt.runtime_context": _runtime_context(),
     }
 
@@ -218,25 +136,16 @@ def sglang(tmp_path_factory):
     """SGLang's (routed_experts module, base module, _b64_encode_per_request, version)."""
     tmp = tmp_path_factory.mktemp("sglang")
     stand_ins = _stand_ins()
-    base_path, version = _sglang_file(BASE, tmp)
-    base_module = _load("sglang.srt.state_capturer.base", base_path, stand_ins)
-    path, _ = _sglang_file(ROUTED_EXPERTS, tmp)
-    module = _load("sglang.srt.state_capturer.routed_experts", path,
-                   {**stand_ins, "sglang.srt.state_capturer.base": base_module})
+    base_path, version = sglang_file(BASE, tmp)
+    base_module = load("sglang.srt.state_capturer.base", base_path, stand_ins)
+    path, _ = sglang_file(ROUTED_EXPERTS, tmp)
+    module = load("sglang.srt.state_capturer.routed_experts", path,
+                  {**stand_ins, "sglang.srt.state_capturer.base": base_module})
 
     # DetokenizerManager._b64_encode_per_request, compiled from the real source.
-    path, _ = _sglang_file(DETOKENIZER, tmp)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    manager = next(node for node in tree.body
-                   if isinstance(node, ast.ClassDef) and node.name == "DetokenizerManager")
-    method = next(node for node in manager.body
-                  if isinstance(node, ast.FunctionDef) and node.name == "_b64_encode_per_request")
-    method.decorator_list = []
-    namespace = {"pybase64": _pybase64(), "torch": torch, "List": List, "Optional": Optional}
-    code = compile(ast.Module(body=[method], type_ignores=[]), str(path), "exec")
-    exec(code, namespace)  # noqa: S102 - SGLang's own definition, see the docstring
-    return types.SimpleNamespace(module=module, base=base_module,
-                                 encode=namespace["_b64_encode_per_request"], version=version)
+    encode, _ = b64_encode_per_request(tmp, pybase64_module())
+    return types.SimpleNamespace(module=module, base=base_module, encode=encode,
+                                 version=version)
 
 
 @pytest.fixture(autouse=True)

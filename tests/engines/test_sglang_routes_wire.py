@@ -4,102 +4,26 @@ payload decoded by SGLang's ``extract_routed_experts_from_meta_info``
 (``DetokenizerManager._b64_encode_per_request``, ``sglang/srt/managers/detokenizer_manager.py``)
 read back by our ``from_sglang``.
 
-Neither module imports on its own (the whole server: triton kernels, zmq, the memory pools).
-As tests/engines/sglang_harness.py does for expert_distribution.py:
-
-- routed_experts.py is loaded from the real file under its real name, with the sglang
-  packages it lives in made bare (their ``__init__.py`` does not run) and each server module it
-  imports replaced by a stand-in holding only the names it imports (none of them is called by
-  the decoder: ``ModelConfig``, the DP-attention helpers, ``get_moe_a2a_backend``,
-  ``ForwardBatch``, the ``runtime_context`` getters, ``BaseTopkCapturer``). ``torch`` and
-  ``numpy`` are real. The stand-ins are in ``sys.modules`` only while the file executes, so the
-  harness (which installs its own) can run in the same process.
-- The encoder is a method of DetokenizerManager, whose module cannot load here: its definition
-  is compiled from the real source (``ast``, under the file's own name and line numbers) and
-  called as the staticmethod it is.
-
-``pybase64`` is not in .venv-engines (sglang is installed there with --no-deps): where it is
-missing, both run with a stand-in whose ``b64encode``/``b64decode`` are the standard library's,
-which pybase64 documents itself a drop-in for (same alphabet, padding and non-validating
-decode); the real pybase64 is used when installed.
-
-MOESTAT_SGLANG_WHEEL (an sglang wheel, as for the harness) is honoured: the two files are read
-from it.
+Neither module imports on its own (the whole server): sglang_state_capturer.py loads the real
+files (from MOESTAT_SGLANG_WHEEL where set) and says how. Here each server module that
+routed_experts.py imports is a stand-in holding only the names it imports, none of them called
+by the decoder: ``ModelConfig``, the DP-attention helpers, ``get_moe_a2a_backend``,
+``ForwardBatch``, the ``runtime_context`` getters, ``BaseTopkCapturer``. The decoder and the
+encoder use the same ``pybase64`` (the standard library's base64 stands in where it is not
+installed).
 """
 from __future__ import annotations
 
-import ast
-import base64
-import contextlib
-import importlib.machinery
-import importlib.metadata
-import importlib.util
-import os
-import pathlib
-import sys
-import types
-import zipfile
-from typing import List, Optional
-
 import numpy as np
 import pytest
+
+from sglang_state_capturer import (PINNED, ROUTED_EXPERTS, b64_encode_per_request, bare_package,
+                                   load, pybase64_module, sglang_file, stand_in_module)
 
 torch = pytest.importorskip("torch")
 
 import moestat  # noqa: E402
 from moestat.routing import from_sglang, to_sglang  # noqa: E402
-
-PINNED = "0.5.23"
-ROUTED_EXPERTS = "sglang/srt/state_capturer/routed_experts.py"
-DETOKENIZER = "sglang/srt/managers/detokenizer_manager.py"
-
-
-def _sglang_file(relative: str, tmp_dir: pathlib.Path) -> tuple[pathlib.Path, str]:
-    """(path of `relative` inside the sglang package, sglang's version)."""
-    wheel = os.environ.get("MOESTAT_SGLANG_WHEEL")
-    if wheel:
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extract(relative, tmp_dir)
-            version = next((line.split(":", 1)[1].strip()
-                            for name in archive.namelist()
-                            if name.startswith("sglang-") and name.endswith(".dist-info/METADATA")
-                            for line in archive.read(name).decode().splitlines()
-                            if line.startswith("Version:")), "unknown")
-        return tmp_dir / relative, version
-    spec = importlib.util.find_spec("sglang")  # looks the package up; runs nothing
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("sglang is not installed (scripts/setup_engine_venv.sh), and "
-                    "MOESTAT_SGLANG_WHEEL is not set")
-    root = pathlib.Path(list(spec.submodule_search_locations)[0]).parent
-    return root / relative, importlib.metadata.version("sglang")
-
-
-def _pybase64() -> types.ModuleType:
-    try:
-        import pybase64  # noqa: PLC0415
-
-        return pybase64
-    except ImportError:
-        module = types.ModuleType("pybase64")
-        module.b64encode = base64.b64encode
-        module.b64decode = base64.b64decode
-        module.__moestat_stand_in__ = True
-        return module
-
-
-def _module(name: str, **names) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    module.__dict__.update(names)
-    return module
-
-
-def _package(name: str) -> types.ModuleType:
-    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    spec.submodule_search_locations = []
-    module = importlib.util.module_from_spec(spec)
-    module.__path__ = []
-    return module
 
 
 def _not_here(name: str):
@@ -109,73 +33,45 @@ def _not_here(name: str):
     return stand_in
 
 
-@contextlib.contextmanager
-def _modules(modules: dict[str, types.ModuleType]):
-    """`modules` in sys.modules for the duration; what was there before comes back after."""
-    saved = {name: sys.modules.get(name) for name in modules}
-    sys.modules.update(modules)
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
 @pytest.fixture(scope="module")
 def sglang(tmp_path_factory):
     """SGLang's (routed_experts module, _b64_encode_per_request, version)."""
     tmp = tmp_path_factory.mktemp("sglang")
-    path, version = _sglang_file(ROUTED_EXPERTS, tmp)
-    pybase64 = _pybase64()
-    name = "sglang.srt.state_capturer.routed_experts"
+    path, version = sglang_file(ROUTED_EXPERTS, tmp)
+    pybase64 = pybase64_module()
     stand_ins = {
         "pybase64": pybase64,
-        "sglang": _package("sglang"),
-        "sglang.srt": _package("sglang.srt"),
-        "sglang.srt.configs": _package("sglang.srt.configs"),
-        "sglang.srt.configs.model_config": _module(
+        "sglang": bare_package("sglang"),
+        "sglang.srt": bare_package("sglang.srt"),
+        "sglang.srt.configs": bare_package("sglang.srt.configs"),
+        "sglang.srt.configs.model_config": stand_in_module(
             "sglang.srt.configs.model_config", ModelConfig=type("ModelConfig", (), {})),
-        "sglang.srt.layers": _package("sglang.srt.layers"),
-        "sglang.srt.layers.dp_attention": _module(
+        "sglang.srt.layers": bare_package("sglang.srt.layers"),
+        "sglang.srt.layers.dp_attention": stand_in_module(
             "sglang.srt.layers.dp_attention",
             attn_tp_all_gather_into_tensor=_not_here("attn_tp_all_gather_into_tensor"),
             get_dp_local_slice_cpu=_not_here("get_dp_local_slice_cpu"),
             is_dp_attention_enabled=_not_here("is_dp_attention_enabled")),
-        "sglang.srt.layers.moe": _module(
+        "sglang.srt.layers.moe": stand_in_module(
             "sglang.srt.layers.moe", get_moe_a2a_backend=_not_here("get_moe_a2a_backend")),
-        "sglang.srt.model_executor": _package("sglang.srt.model_executor"),
-        "sglang.srt.model_executor.forward_batch_info": _module(
+        "sglang.srt.model_executor": bare_package("sglang.srt.model_executor"),
+        "sglang.srt.model_executor.forward_batch_info": stand_in_module(
             "sglang.srt.model_executor.forward_batch_info",
             ForwardBatch=type("ForwardBatch", (), {})),
-        "sglang.srt.runtime_context": _module(
+        "sglang.srt.runtime_context": stand_in_module(
             "sglang.srt.runtime_context",
             **{n: _not_here(n) for n in ("get_exec", "get_parallel", "get_resources",
                                          "get_schedule")}),
-        "sglang.srt.state_capturer": _package("sglang.srt.state_capturer"),
-        "sglang.srt.state_capturer.base": _module(
+        "sglang.srt.state_capturer": bare_package("sglang.srt.state_capturer"),
+        "sglang.srt.state_capturer.base": stand_in_module(
             "sglang.srt.state_capturer.base", BaseTopkCapturer=type("BaseTopkCapturer", (), {})),
     }
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    with _modules({**stand_ins, name: module}):
-        spec.loader.exec_module(module)
+    module = load("sglang.srt.state_capturer.routed_experts", path, stand_ins)
 
     # DetokenizerManager._b64_encode_per_request, compiled from the real source.
-    path, _ = _sglang_file(DETOKENIZER, tmp)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    manager = next(node for node in tree.body
-                   if isinstance(node, ast.ClassDef) and node.name == "DetokenizerManager")
-    method = next(node for node in manager.body
-                  if isinstance(node, ast.FunctionDef) and node.name == "_b64_encode_per_request")
-    assert [ast.unparse(d) for d in method.decorator_list] == ["staticmethod"]
-    method.decorator_list = []
-    namespace = {"pybase64": pybase64, "torch": torch, "List": List, "Optional": Optional}
-    code = compile(ast.Module(body=[method], type_ignores=[]), str(path), "exec")
-    exec(code, namespace)  # noqa: S102 - SGLang's own definition, see the docstring
-    return module, namespace["_b64_encode_per_request"], version
+    encode, decorators = b64_encode_per_request(tmp, pybase64)
+    assert decorators == ["staticmethod"]
+    return module, encode, version
 
 
 def test_the_pinned_sglang_is_read(sglang):
