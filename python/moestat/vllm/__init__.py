@@ -16,6 +16,12 @@ config validation refuses any other name (and async EPLB, the default mode, requ
 moestat's plan must match or beat.
 
 The switch is an environment variable because vLLM's own selection cannot name it.
+
+Offline (``offline.py``; vLLM 0.33.0 takes no initial placement): ``MOESTAT_VLLM_EPLB_LOAD_DIR``
+makes the policy write every load window vLLM hands it as a moestat counts file, and
+``MOESTAT_VLLM_EPLB_PLACEMENT`` makes it return a placement planned offline, which vLLM applies
+at its first rearrange. Either installs the policy too; without ``MOESTAT_VLLM_EPLB=1`` it then
+plans as vLLM's default policy. ``load_window_counts`` reads vLLM's load window tensors.
 """
 
 import importlib
@@ -25,13 +31,19 @@ import os
 logger = logging.getLogger(__name__)
 
 ENV_SWITCH = "MOESTAT_VLLM_EPLB"
+ENV_LOAD_DIR = "MOESTAT_VLLM_EPLB_LOAD_DIR"  # as offline.py (not imported here: it needs numpy)
+ENV_PLACEMENT = "MOESTAT_VLLM_EPLB_PLACEMENT"
 
 
 def register():
     """vLLM's general-plugin hook: with ``MOESTAT_VLLM_EPLB=1`` (or true, yes, on), makes
-    moestat's policy vLLM's "default" EPLB policy. Idempotent (vLLM may call it several times
-    in one process). Returns the policy class, or None when the switch is not on."""
-    if os.environ.get(ENV_SWITCH, "").strip().lower() not in ("1", "true", "yes", "on"):
+    moestat's policy vLLM's "default" EPLB policy; with only ``MOESTAT_VLLM_EPLB_LOAD_DIR`` or
+    ``MOESTAT_VLLM_EPLB_PLACEMENT`` set, installs it too, planning as the policy it displaced
+    (vLLM's) besides writing windows or serving the placement. Idempotent (vLLM may call it
+    several times in one process). Returns the policy class, or None when none is set."""
+    switch = os.environ.get(ENV_SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+    offline = any(os.environ.get(name, "").strip() for name in (ENV_LOAD_DIR, ENV_PLACEMENT))
+    if not switch and not offline:
         return None
     from vllm.distributed.eplb import policy as eplb_policies
 
@@ -40,17 +52,30 @@ def register():
     displaced = eplb_policies.EPLB_POLICIES.get("default")
     if displaced is not None and not issubclass(displaced, MoestatEplbPolicy):
         MoestatEplbPolicy.reference_policy = displaced
+    MoestatEplbPolicy.plan_with_moestat = switch
     eplb_policies.EPLB_POLICIES["default"] = MoestatEplbPolicy
-    logger.info("moestat: vLLM's EPLB policy 'default' is moestat's planner (reference: %s)",
-                MoestatEplbPolicy.reference_policy.__name__)
+    logger.info("moestat: vLLM's EPLB policy 'default' is moestat's (plans: %s%s%s)",
+                "moestat's planner" if switch else MoestatEplbPolicy.reference_policy.__name__,
+                f", load windows to {os.environ[ENV_LOAD_DIR]}"
+                if os.environ.get(ENV_LOAD_DIR, "").strip() else "",
+                f", placement {os.environ[ENV_PLACEMENT]}"
+                if os.environ.get(ENV_PLACEMENT, "").strip() else "")
     return MoestatEplbPolicy
 
 
+_LAZY = {  # these import numpy, torch or vLLM: only on use
+    "MoestatEplbPolicy": "eplb_policy",
+    "load_window_counts": "offline",
+    "load_window_tensors": "offline",
+    "write_load_window": "offline",
+}
+
+
 def __getattr__(name):
-    # The policy module imports vLLM and torch: only on use.
-    if name == "MoestatEplbPolicy":
-        return importlib.import_module(f"{__name__}.eplb_policy").MoestatEplbPolicy
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["register", "MoestatEplbPolicy", "ENV_SWITCH"]
+__all__ = ["register", "MoestatEplbPolicy", "ENV_SWITCH", "ENV_LOAD_DIR", "ENV_PLACEMENT",
+           "load_window_counts", "load_window_tensors", "write_load_window"]

@@ -26,9 +26,16 @@ an expert between ranks only when the receiving rank held no replica of it, so t
 cuts those copies. Among new plans that balance equally, the one needing fewer copies wins.
 
 Deterministic: every rank computes the same map from the same inputs.
+
+Offline (``offline.py``): with ``MOESTAT_VLLM_EPLB_LOAD_DIR`` set, every call first writes the
+window it was handed as a moestat counts file (EP rank 0); with ``MOESTAT_VLLM_EPLB_PLACEMENT``
+set to a placement that fits, the call returns that placement instead of planning. Without
+``MOESTAT_VLLM_EPLB=1`` (``plan_with_moestat`` False) the plan is the reference policy's as it
+returned it.
 """
 
 import logging
+import os
 
 import numpy as np
 import torch
@@ -36,6 +43,7 @@ from vllm.distributed.eplb.policy.abstract import AbstractEplbPolicy
 from vllm.distributed.eplb.policy.default import DefaultEplbPolicy
 
 from .._core import plan_moestat
+from . import offline
 
 logger = logging.getLogger(__name__)
 
@@ -268,10 +276,14 @@ class MoestatEplbPolicy(AbstractEplbPolicy):
     ``reference_policy`` (vLLM's ``DefaultEplbPolicy``, or whatever ``register()`` replaced)."""
 
     reference_policy = DefaultEplbPolicy
+    plan_with_moestat = True
+    """False: plan as ``reference_policy`` does (``register()`` sets it from
+    ``MOESTAT_VLLM_EPLB``; the offline variables alone keep vLLM's own plans)."""
     keep_current = True
     """A layer whose map in force balances at least as well as the best new plan keeps it."""
     last_report = None
-    """The report of the latest call (see ``plan``)."""
+    """The report of the latest call (see ``plan``); its "source" says whose map it returned:
+    "moestat", "reference" or "placement file"."""
 
     @classmethod
     def rebalance_experts(
@@ -283,8 +295,28 @@ class MoestatEplbPolicy(AbstractEplbPolicy):
         num_ranks: int,
         old_global_expert_indices: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        offline.record_window(weight, num_replicas, num_groups, num_nodes, num_ranks)
+        num_layers, num_experts = weight.shape
+        fixed = offline.static_placement(num_layers, num_replicas, num_experts)
+        if fixed is not None:
+            try:
+                served = balancedness(weight, fixed, num_ranks)
+            except ValueError:  # slots that do not divide over the ranks: vLLM's to judge
+                served = float("nan")
+            cls.last_report = {"source": "placement file", "balancedness": served,
+                               "placement_file": os.environ.get(offline.ENV_PLACEMENT),
+                               "chosen": ["placement file"] * num_layers}
+            logger.info("moestat EPLB: the placement file %s, balancedness %.4f",
+                        cls.last_report["placement_file"], served)
+            return torch.from_numpy(fixed)
+        if not cls.plan_with_moestat:
+            result = cls.reference_policy.rebalance_experts(
+                weight, num_replicas, num_groups, num_nodes, num_ranks, old_global_expert_indices)
+            cls.last_report = {"source": "reference", "chosen": ["reference"] * num_layers}
+            return result
         result, report = plan(weight, num_replicas, num_groups, num_nodes, num_ranks,
                               old_global_expert_indices, cls.reference_policy, cls.keep_current)
+        report["source"] = "moestat"
         cls.last_report = report
         kept = report["chosen"].count("kept")
         logger.info(

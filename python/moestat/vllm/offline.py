@@ -1,0 +1,353 @@
+"""vLLM's load windows in moestat's files, and a placement planned offline served by vLLM.
+
+vLLM 0.33.0 starts every deployment from one fixed map (``EplbState.add_model``: the experts in
+order, then redundant slot ``i`` holding expert ``i % E``, on every MoE layer) and reads no
+placement from a file or a flag. What it does take is the map its EPLB policy returns at a
+rearrange. So, through moestat's policy (``eplb_policy.py``, installed by ``register()``):
+
+- ``MOESTAT_VLLM_EPLB_LOAD_DIR=DIR``: at every rearrange the policy writes the load window it was
+  handed (``[MoE layers, logical experts]``: summed over the window's steps and all-reduced over
+  the EP ranks) as a moestat counts file in DIR, ``vllm-eplb-load-NNNNNN-LxE.json`` (NNNNNN the
+  first number free in DIR; ``MOESTAT_VLLM_EPLB_LOAD_FORMAT=pt`` or ``safetensors`` for those
+  formats). Only EP rank 0 writes. Windows without load (vLLM's profile run) are not written.
+- ``MOESTAT_VLLM_EPLB_PLACEMENT=FILE``: a placement (``{"physical_to_logical_map": [L][P]}``,
+  .json, .pt or .safetensors, as ``moestat plan`` writes it) that the policy returns instead of
+  planning whenever its shape is vLLM's ``[L, P]`` and every expert has a replica; vLLM moves
+  the weights to it at its first real rearrange and keeps it (later rearranges return it again
+  and move nothing). Read once per process; a file that cannot be used is logged once and the
+  policy plans as it would without it.
+
+Neither ever stops vLLM: a failure is logged (once per cause) and vLLM's rearrange goes on.
+
+``load_window_counts`` reads vLLM's own tensors (``expert_load_window [W, L, P]`` and
+``physical_to_logical_map [L, P]``, from an ``EplbState`` or saved with ``torch.save``) into
+moestat counts ``[W, L, E]``; ``write_load_window`` writes them as a counts file.
+
+Every file here has the MoE layers only, numbered as vLLM numbers them (row ``i`` is vLLM's
+MoE layer ``i``, not decoder layer ``i``): that is the shape vLLM's map has, so a placement
+planned on them fits vLLM as it is.
+"""
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+ENV_LOAD_DIR = "MOESTAT_VLLM_EPLB_LOAD_DIR"
+ENV_LOAD_FORMAT = "MOESTAT_VLLM_EPLB_LOAD_FORMAT"
+ENV_PLACEMENT = "MOESTAT_VLLM_EPLB_PLACEMENT"
+
+LOAD_FILE_PREFIX = "vllm-eplb-load-"
+_LOAD_FILE_PATTERN = re.compile(re.escape(LOAD_FILE_PREFIX) + r"(\d+)-")
+_FORMATS = ("json", "pt", "safetensors")
+
+_lock = threading.Lock()
+_logged = set()
+_placements = {}  # path -> (map [L, P] int64 or None, why not)
+
+
+def _log_once(key, level, message, *args):
+    with _lock:
+        if key in _logged:
+            return
+        _logged.add(key)
+    logger.log(level, message, *args)
+
+
+def _ep_rank():
+    """This process's rank in vLLM's EP group, None outside vLLM's parallel state (a plain
+    process: it writes). No communication: vLLM's group object knows it."""
+    try:
+        from vllm.distributed.parallel_state import get_ep_group
+
+        return int(get_ep_group().rank_in_group)
+    except Exception:  # noqa: BLE001 - no EP group here
+        return None
+
+
+def _pp_rank():
+    try:
+        from vllm.distributed.parallel_state import get_pp_group
+
+        group = get_pp_group()
+        return int(group.rank_in_group) if group.world_size > 1 else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _as_int64(array):
+    if hasattr(array, "detach"):  # a torch tensor, wherever it lives
+        array = array.detach().cpu().numpy()
+    return np.asarray(array).astype(np.int64, copy=False)
+
+
+# --- the policy's hooks (never raise) ---------------------------------------------------------
+
+def record_window(weight, num_replicas, num_groups, num_nodes, num_ranks):
+    """Writes the window a rearrange handed the policy to $MOESTAT_VLLM_EPLB_LOAD_DIR (EP rank
+    0 only; nothing without the variable or without load). Returns the path written, or None.
+    Never raises: a failure is logged once per cause."""
+    directory = os.environ.get(ENV_LOAD_DIR, "").strip()
+    if not directory:
+        return None
+    try:
+        rank = _ep_rank()
+        if rank not in (None, 0):
+            return None
+        counts = _as_int64(weight)
+        if counts.ndim != 2:
+            raise ValueError(f"expected the window as [layers, experts], got {counts.shape}")
+        if not counts.any():
+            return None  # vLLM's profile run (and any window without traffic)
+        fmt = os.environ.get(ENV_LOAD_FORMAT, "json").strip().lower() or "json"
+        if fmt not in _FORMATS:
+            _log_once(("format", fmt), logging.WARNING,
+                      "moestat: %s=%r is not one of %s; writing json", ENV_LOAD_FORMAT, fmt,
+                      ", ".join(_FORMATS))
+            fmt = "json"
+        metadata = {
+            "what": "the load window vLLM's EplbState handed its EPLB policy at a rearrange: "
+                    "tokens routed to each logical expert, summed over the window's steps and "
+                    "all-reduced over the EP ranks",
+            "layers": "MoE layers only: row i is vLLM's MoE layer i, not decoder layer i",
+            "num_replicas": int(num_replicas), "num_groups": int(num_groups),
+            "num_nodes": int(num_nodes), "num_ranks": int(num_ranks),
+            "unix_time": round(time.time(), 3),
+        }
+        pp_rank = _pp_rank()
+        if pp_rank is not None:
+            metadata["pp_rank"] = pp_rank
+        return _publish(directory, counts, fmt, metadata)
+    except Exception as error:  # noqa: BLE001 - vLLM must keep serving
+        _log_once(("dump", directory, type(error).__name__, str(error)), logging.WARNING,
+                  "moestat: cannot write vLLM's load window to %s (%s); vLLM goes on", directory,
+                  error)
+        return None
+
+
+def _publish(directory, counts, fmt, metadata):
+    """Writes counts to a hidden temporary file in directory and links it to the first free
+    vllm-eplb-load-NNNNNN-LxE.<fmt>: a file appears whole, and none is ever overwritten."""
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(
+        directory, f".{LOAD_FILE_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.{fmt}")
+    try:
+        if fmt == "json":
+            rows = ",\n".join("  [" + ",".join(map(str, row)) + "]" for row in counts.tolist())
+            text = ('{"logical_count": [\n' + rows + "\n],\n"
+                    '"vllm_eplb": ' + json.dumps(metadata) + "}\n")
+            with open(temporary, "w", encoding="utf-8") as out:
+                out.write(text)
+        else:
+            from .._core import write_logical_counts
+
+            write_logical_counts(temporary, counts)
+        matches = map(_LOAD_FILE_PATTERN.match, os.listdir(directory))
+        taken = [int(match.group(1)) for match in matches if match]
+        number = max(taken, default=0) + 1
+        layers, experts = counts.shape
+        for _ in range(1000):
+            path = os.path.join(directory,
+                                f"{LOAD_FILE_PREFIX}{number:06d}-{layers}x{experts}.{fmt}")
+            try:
+                os.link(temporary, path)
+                return path
+            except FileExistsError:
+                number += 1
+            except OSError:  # no hard links here: reserve the name, then replace it whole
+                try:
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                except FileExistsError:
+                    number += 1
+                    continue
+                os.replace(temporary, path)
+                return path
+        raise OSError(f"no free file name in {directory}")
+    finally:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+
+
+def static_placement(num_layers, num_replicas, num_experts):
+    """The map of $MOESTAT_VLLM_EPLB_PLACEMENT ([L, P] int64) when it fits vLLM's [num_layers,
+    num_replicas] map of num_experts experts with every expert replicated; None without the
+    variable or when it does not fit (logged once per file and cause). The file is read once
+    per process. Never raises."""
+    path = os.environ.get(ENV_PLACEMENT, "").strip()
+    if not path:
+        return None
+    try:
+        phy2log, why_not = _read_placement_once(path)
+        if phy2log is None:
+            _log_once(("placement", path, why_not), logging.WARNING,
+                      "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
+                      path, why_not)
+            return None
+        problem = _misfit(phy2log, num_layers, num_replicas, num_experts)
+        if problem:
+            _log_once(("placement", path, problem), logging.WARNING,
+                      "moestat: not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
+                      "vLLM's EPLB plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas,
+                      num_experts, problem)
+            return None
+        _log_once(("placement-used", path, num_layers, num_replicas, num_experts), logging.INFO,
+                  "moestat: vLLM's EPLB serves the placement %s ([%d, %d])", path, num_layers,
+                  num_replicas)
+        return phy2log.copy()
+    except Exception as error:  # noqa: BLE001 - vLLM must keep serving
+        _log_once(("placement", path, type(error).__name__, str(error)), logging.WARNING,
+                  "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
+                  path, error)
+        return None
+
+
+def _read_placement_once(path):
+    with _lock:
+        if path in _placements:
+            return _placements[path]
+    try:
+        from .._core import read_placement
+
+        phy2log = np.ascontiguousarray(read_placement(path).physical_to_logical, dtype=np.int64)
+        result = (phy2log, None)
+    except Exception as error:  # noqa: BLE001 - moestat.Error, OSError, ...
+        result = (None, f"unreadable: {error}")
+    with _lock:
+        return _placements.setdefault(path, result)
+
+
+def _misfit(phy2log, num_layers, num_replicas, num_experts):
+    """Why a map cannot serve vLLM's [num_layers, num_replicas] map of num_experts experts
+    ('' when it can)."""
+    if phy2log.ndim != 2 or phy2log.shape != (num_layers, num_replicas):
+        return f"its map is {list(phy2log.shape)}, vLLM's is [{num_layers}, {num_replicas}]"
+    if phy2log.size and (phy2log.min() < 0 or phy2log.max() >= num_experts):
+        return f"expert ids outside [0, {num_experts})"
+    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
+    np.add.at(counts, (np.arange(num_layers)[:, None], phy2log), 1)
+    missing = np.argwhere(counts == 0)
+    if len(missing):
+        layer, expert = missing[0].tolist()
+        return (f"{len(missing)} experts without a replica, the first expert {expert} of "
+                f"layer {layer}")
+    return ""
+
+
+# --- vLLM's load window tensors ---------------------------------------------------------------
+
+def _pick_model(state, model):
+    states = state.model_states
+    if model is None:
+        if len(states) != 1:
+            names = [getattr(s, "model_name", key) for key, s in states.items()]
+            raise ValueError(f"the EplbState has {len(states)} models {names}: name one (model=)")
+        return next(iter(states.values()))
+    for key, candidate in states.items():
+        if model in (key, getattr(candidate, "model_name", None)):
+            return candidate
+    names = [getattr(s, "model_name", key) for key, s in states.items()]
+    raise ValueError(f"no model {model!r} in the EplbState (models: {names})")
+
+
+def load_window_tensors(eplb_state, model=None):
+    """vLLM's load window of one model of an EplbState, as CPU tensors in a dict to save with
+    ``torch.save`` and read back with ``load_window_counts``: ``expert_load_window`` [W, L, P]
+    int32, ``physical_to_logical_map`` [L, P] int64, ``expert_load_window_step`` (the row vLLM
+    writes next: the oldest) and ``num_logical_experts``. model: the model's name or key when
+    the state has several (a drafter)."""
+    model_state = _pick_model(eplb_state, model)
+    return {
+        "expert_load_window": model_state.expert_load_window.detach().cpu().clone(),
+        "physical_to_logical_map": model_state.physical_to_logical_map.detach().cpu().clone(),
+        "expert_load_window_step": int(eplb_state.expert_load_window_step),
+        "num_logical_experts": int(model_state.model.num_logical_experts),
+    }
+
+
+def _window_source(source, model):
+    """(window [W, L, P], map [L, P], oldest row or None, experts or None) from what
+    load_window_counts takes."""
+    if isinstance(source, (str, os.PathLike)):
+        import torch
+
+        source = torch.load(os.fspath(source), map_location="cpu", weights_only=True)
+    if hasattr(source, "model_states"):  # an EplbState
+        source = load_window_tensors(source, model)
+    if hasattr(source, "expert_load_window"):  # one EplbModelState
+        experts = getattr(getattr(source, "model", None), "num_logical_experts", None)
+        return source.expert_load_window, source.physical_to_logical_map, None, experts
+    if isinstance(source, dict):
+        missing = {"expert_load_window", "physical_to_logical_map"} - set(source)
+        if missing:
+            raise ValueError(f"expected the keys expert_load_window and physical_to_logical_map; "
+                             f"missing {sorted(missing)}")
+        return (source["expert_load_window"], source["physical_to_logical_map"],
+                source.get("expert_load_window_step"), source.get("num_logical_experts"))
+    if isinstance(source, (tuple, list)) and len(source) == 2:
+        return source[0], source[1], None, None
+    raise TypeError("expected an EplbState, an EplbModelState, a dict or a file of "
+                    "load_window_tensors, or (expert_load_window, physical_to_logical_map); "
+                    f"got {type(source).__name__}")
+
+
+def load_window_counts(source, model=None, num_logical_experts=None):
+    """vLLM's load window as moestat counts: int64 [W, L, E], the tokens of each window step,
+    MoE layer and logical expert, each physical slot's load added to the logical expert the
+    map puts there (as ``EplbState.rearrange`` does; slots mapped to -1 are left out).
+
+    source: an ``EplbState`` (model: which model when it has several), one of its
+    ``EplbModelState``, the dict ``load_window_tensors`` returns (or a file it was saved to with
+    ``torch.save``), or a pair (``expert_load_window`` [W, L, P], ``physical_to_logical_map``
+    [L, P]). With the window's write position (an EplbState or load_window_tensors) the steps
+    come oldest first; otherwise in vLLM's ring order. E is num_logical_experts, else the
+    state's, else the largest id in the map + 1.
+
+    One rank's window counts the tokens that rank routed; sum the ranks' (``moestat merge``)
+    for the deployment's load, which is what vLLM's rearrange plans on."""
+    window, phy2log, oldest, experts = _window_source(source, model)
+    window = _as_int64(window)
+    phy2log = _as_int64(phy2log)
+    if window.ndim != 3 or phy2log.ndim != 2 or window.shape[1:] != phy2log.shape:
+        raise ValueError(f"expected expert_load_window [W, L, P] and physical_to_logical_map "
+                         f"[L, P]; got {list(window.shape)} and {list(phy2log.shape)}")
+    if num_logical_experts is None:
+        num_logical_experts = experts
+    if num_logical_experts is None:
+        num_logical_experts = int(phy2log.max()) + 1 if phy2log.size else 0
+    num_logical_experts = int(num_logical_experts)
+    if phy2log.size and phy2log.max() >= num_logical_experts:
+        raise ValueError(f"the map holds expert {int(phy2log.max())}, beyond "
+                         f"{num_logical_experts} logical experts")
+    steps, layers, slots = window.shape
+    column = np.where(phy2log < 0, num_logical_experts, phy2log)  # -1: a slot with no expert
+    flat = (np.arange(layers)[:, None] * (num_logical_experts + 1) + column).ravel()
+    counts = np.zeros((steps, layers * (num_logical_experts + 1)), dtype=np.int64)
+    np.add.at(counts, (slice(None), flat), window.reshape(steps, layers * slots))
+    counts = counts.reshape(steps, layers, num_logical_experts + 1)[..., :num_logical_experts]
+    if oldest is not None and steps:
+        counts = np.roll(counts, -int(oldest) % steps, axis=0)
+    return np.ascontiguousarray(counts)
+
+
+def write_load_window(path, source, model=None, num_logical_experts=None):
+    """Writes ``load_window_counts(source, ...)`` [W, L, E] as a moestat counts file (by
+    extension: .json, .pt or .safetensors; ``moestat plan --stats`` and ``moestat inspect`` read
+    it, ``moestat plan`` groups its steps into scenarios). Returns the counts."""
+    from .._core import write_logical_counts
+
+    counts = load_window_counts(source, model, num_logical_experts)
+    write_logical_counts(path, counts)
+    return counts
+
+
+__all__ = ["ENV_LOAD_DIR", "ENV_LOAD_FORMAT", "ENV_PLACEMENT", "load_window_counts",
+           "load_window_tensors", "write_load_window", "record_window", "static_placement"]
