@@ -1,0 +1,232 @@
+"""Record a vLLM (0.33.0) model's routing into a moestat recorder: exact counts, logical ids.
+
+    import moestat
+    from moestat.vllm import recording
+
+    model = worker.model_runner.get_model()            # vLLM's nn.Module, in its worker
+    topology = recording.topology_from_model(model)    # or topology_from_vllm_config(...)
+    recorder = moestat.CudaRecorder(topology)          # CpuRecorder for a model on the CPU
+    recorder.start()
+    handle = recording.attach(model, recorder)         # every forward of model: one pass
+    ...
+    counts = recorder.snapshot().logical_counts        # [passes, layers, experts]
+    handle.detach()
+
+Where the ids come from. vLLM's routers (``BaseRouter`` subclasses, base_router.py) call a
+capture function, set by ``BaseRouter.set_capture_fn(fn)``, in ``_select_experts`` with the
+logical ``topk_ids`` ``[tokens, top_k]`` (int32 or int64), after ``_compute_routing`` and
+before EPLB maps them to physical slots: the ids moestat counts, whatever vLLM's placement.
+vLLM's own routed-experts capturer (routed_experts_capturer.py,
+``bind_routed_experts_capturer``) uses the same hook, and so does this module: a router does
+not know its layer; the ``MoERunner`` that holds it (``runner.router``) does, as
+``runner.layer_id``, vLLM's ``extract_layer_index(runner.layer_name)``: the decoder layer's
+index. Each capture function calls ``moestat.torch_ops.record_topk`` (a torch custom op under
+torch.compile, so vLLM's compiled and CUDA-graph-captured forwards keep it).
+
+Pass boundaries: a forward pre-hook and a forward hook on the module handed to ``attach``
+(vLLM's model, which its model runner calls once per step inside ``set_forward_context``).
+``attach(..., passes=False)`` leaves them to the caller (``handle.begin_pass()`` /
+``handle.end_pass()``), e.g. around ``EplbState.step``, which vLLM calls once after each
+forward but only with EPLB enabled.
+
+Padding: vLLM pads a batch to a CUDA graph's size, padding rows last. With EPLB enabled every
+router's ``eplb_state.num_unpadded_tokens_tensors[dbo_current_ubatch_id()]`` is a device
+int32 scalar that the model runner fills before each forward (``EplbState.prepare_forward``)
+at an address stable across graph replays: it is passed as ``num_valid_tokens``, so padding
+rows are not counted (what vLLM's own EPLB recording does). Without EPLB, eagerly, the forward
+context's ``is_padding`` mask is read when its length matches the router's rows; under
+torch.compile without EPLB every row counts (documented in docs/vllm.md).
+"""
+
+import torch
+
+from .. import torch_ops
+from .._core import CpuRecorder, Error, ModelTopology, Recorder
+
+
+def find_routers(model: torch.nn.Module) -> dict:
+    """{decoder layer index: vLLM router} for every MoE layer of model: each ``MoERunner`` (or
+    any module with a ``router`` and a ``layer_name``, as vLLM's MoE layers have) whose router
+    takes a capture function. Raises moestat.Error when there is none."""
+    from vllm.model_executor.layers.fused_moe.router.base_router import BaseRouter
+
+    routers = {}
+    for name, module in model.named_modules():
+        router = getattr(module, "router", None)
+        if not isinstance(router, BaseRouter) or not hasattr(module, "layer_name"):
+            continue
+        layer = _layer_index(module)
+        if layer in routers and routers[layer] is not router:
+            raise Error(f"{type(model).__name__}: decoder layer {layer} has two routers "
+                        f"({name})")
+        routers[layer] = router
+    if not routers:
+        raise Error(f"{type(model).__name__}: no vLLM MoE layer with a BaseRouter "
+                    "(monolithic MoE kernels route inside the kernel: not supported)")
+    return routers
+
+
+def _layer_index(module) -> int:
+    layer = getattr(module, "layer_id", None)
+    if layer is None:
+        from vllm.model_executor.models.utils import extract_layer_index
+
+        layer = extract_layer_index(module.layer_name)
+    return int(layer)
+
+
+def topology_from_model(model: torch.nn.Module, num_layers=None, **topology_args) -> ModelTopology:
+    """The ModelTopology of a vLLM model from its routers: MoE layers where they sit, their
+    experts (``global_num_experts``) and ``top_k``. num_layers: the decoder layers (default:
+    the last MoE layer + 1; pass vLLM's ``model_config.get_total_num_hidden_layers()``)."""
+    routers = find_routers(model)
+    experts = {router.global_num_experts for router in routers.values()}
+    top_ks = {router.top_k for router in routers.values()}
+    if len(experts) != 1 or len(top_ks) != 1:
+        raise Error(f"{type(model).__name__}: routers disagree on experts {sorted(experts)} "
+                    f"or top_k {sorted(top_ks)}")
+    if num_layers is None:
+        num_layers = max(routers) + 1
+    moe_layers = [layer in routers for layer in range(num_layers)]
+    return ModelTopology(num_layers, experts.pop(), top_ks.pop(), moe_layers=moe_layers,
+                         **topology_args)
+
+
+def topology_from_vllm_config(vllm_config, moe_layers=None, **topology_args) -> ModelTopology:
+    """The ModelTopology from vLLM's config (``VllmConfig`` or its ``model_config``):
+    ``get_total_num_hidden_layers()``, ``get_num_experts()``, ``get_num_experts_per_tok()``.
+    moe_layers: the decoder layers that are MoE (indices or booleans; default every layer;
+    ``topology_from_model`` finds them)."""
+    model_config = getattr(vllm_config, "model_config", vllm_config)
+    num_layers = model_config.get_total_num_hidden_layers()
+    if moe_layers is not None and not all(isinstance(m, bool) for m in moe_layers):
+        indices = set(moe_layers)
+        moe_layers = [layer in indices for layer in range(num_layers)]
+    return ModelTopology(num_layers, model_config.get_num_experts(),
+                         model_config.get_num_experts_per_tok(), moe_layers=moe_layers,
+                         **topology_args)
+
+
+def _num_valid_tokens(router, topk_ids):
+    """A one-element int32 tensor: how many leading rows of topk_ids are real, or None."""
+    eplb_state = getattr(router, "eplb_state", None)
+    tensors = getattr(eplb_state, "num_unpadded_tokens_tensors", None)
+    if tensors is not None:
+        from vllm.v1.worker.ubatching import dbo_current_ubatch_id
+
+        return tensors[dbo_current_ubatch_id()].reshape(1)
+    if torch.compiler.is_compiling():
+        return None
+    try:
+        from vllm.forward_context import get_forward_context, is_forward_context_available
+    except ImportError:
+        return None
+    if not is_forward_context_available():
+        return None
+    is_padding = getattr(get_forward_context(), "is_padding", None)
+    if not isinstance(is_padding, torch.Tensor) or is_padding.shape[0] != topk_ids.shape[0]:
+        return None
+    return (~is_padding).sum(dtype=torch.int32).reshape(1)
+
+
+class _Capture:
+    """The capture function of one router: records its logical ids under its layer."""
+
+    def __init__(self, handle, layer, router):
+        self.handle = handle
+        self.layer = layer
+        self.router = router
+
+    def __call__(self, topk_ids: torch.Tensor) -> None:
+        handle = self.handle
+        torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
+                              _num_valid_tokens(self.router, topk_ids))
+
+
+class RecordingHandle:
+    """What attach() installed; detach() (or leaving the with block) removes it."""
+
+    def __init__(self, model, recorder: Recorder, routers: dict, device, passes: bool):
+        self.model = model
+        self.recorder = recorder
+        self.routers = routers
+        self.layers = sorted(routers)
+        self._recorder_id = torch_ops.register(recorder)
+        self._token = torch_ops.ordering_token(device)
+        self._previous = {}
+        for layer, router in routers.items():
+            self._previous[layer] = router.capture_fn
+            router.set_capture_fn(_Capture(self, layer, router))
+        self._hooks = []
+        if passes:
+            self._hooks = [
+                model.register_forward_pre_hook(lambda module, args: self.begin_pass()),
+                model.register_forward_hook(self._end_pass_hook, always_call=True),
+            ]
+
+    def begin_pass(self) -> None:
+        torch_ops.begin_pass(self._token, self._recorder_id)
+
+    def end_pass(self) -> None:
+        torch_ops.end_pass(self._token, self._recorder_id)
+
+    def abort_pass(self) -> None:
+        torch_ops.abort_pass(self._token, self._recorder_id)
+
+    def _end_pass_hook(self, module, args, output):
+        if output is None:  # the forward raised: discard the pass
+            self.abort_pass()
+        else:
+            self.end_pass()
+
+    def detach(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        for layer, router in self.routers.items():
+            if isinstance(router.capture_fn, _Capture) and router.capture_fn.handle is self:
+                router.set_capture_fn(self._previous.get(layer))
+        torch_ops.unregister(self._recorder_id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.detach()
+
+
+def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
+           device=None) -> RecordingHandle:
+    """Records model's routing (a vLLM model, or any module holding vLLM MoE layers) into
+    recorder: each router's logical top-k ids under its decoder layer's index, every forward of
+    model one pass (passes=False: the caller calls handle.begin_pass()/end_pass()). Replaces
+    the routers' capture functions (vLLM's routed-experts capture uses the same slot: not both
+    at once); detach() restores them. recorder's topology must match (topology_from_model);
+    CpuRecorder on the CPU, CudaRecorder on a GPU. device: where the model runs (default: its
+    first parameter's, else the CPU)."""
+    routers = find_routers(model)
+    _check_topology(model, recorder.topology, routers)
+    if device is None:
+        parameter = next(model.parameters(), None)
+        device = parameter.device if parameter is not None else torch.device("cpu")
+    device = torch.device(device)
+    if isinstance(recorder, CpuRecorder) and device.type != "cpu":
+        raise Error(f"{type(model).__name__} is on {device}: record it with "
+                    "moestat.CudaRecorder (CpuRecorder reads host memory)")
+    return RecordingHandle(model, recorder, routers, device, passes)
+
+
+def _check_topology(model, topology: ModelTopology, routers: dict) -> None:
+    name = type(model).__name__
+    router_layers = sorted(routers)
+    topology_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
+    if router_layers != topology_layers:
+        raise Error(f"{name}: routers in decoder layers {router_layers}, but the recorder's "
+                    f"topology has MoE layers {topology_layers}")
+    for layer, router in routers.items():
+        for attribute, expected in (("global_num_experts", topology.num_logical_experts),
+                                    ("top_k", topology.top_k)):
+            actual = getattr(router, attribute)
+            if actual != expected:
+                raise Error(f"{name}: layer {layer}'s router has {attribute}={actual}, the "
+                            f"recorder's topology {expected}")
