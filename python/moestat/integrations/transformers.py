@@ -168,7 +168,10 @@ def attach(model: torch.nn.Module, recorder: Recorder) -> RecordingHandle:
     return RecordingHandle(model, recorder, routers)
 
 
-def _check_topology(model, topology: ModelTopology, routers: dict) -> None:
+def _check_topology(model, topology: ModelTopology, routers: dict,
+                    experts_attribute: str = "num_experts") -> None:
+    """Raises moestat.Error unless the routers sit in topology's MoE layers and each has its
+    experts (the router's `experts_attribute`) and top_k."""
     name = type(model).__name__
     router_layers = sorted(routers)
     topology_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
@@ -176,7 +179,7 @@ def _check_topology(model, topology: ModelTopology, routers: dict) -> None:
         raise Error(f"{name}: routers in decoder layers {router_layers}, but the recorder's "
                     f"topology has MoE layers {topology_layers}")
     for layer, router in routers.items():
-        for attribute, expected in (("num_experts", topology.num_logical_experts),
+        for attribute, expected in ((experts_attribute, topology.num_logical_experts),
                                     ("top_k", topology.top_k)):
             actual = getattr(router, attribute, expected)
             if actual != expected:

@@ -42,6 +42,7 @@ import torch
 
 from .. import torch_ops
 from .._core import CpuRecorder, Error, ModelTopology, Recorder
+from ..integrations.transformers import _check_topology
 
 
 def find_routers(model: torch.nn.Module) -> dict:
@@ -205,7 +206,7 @@ def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
     CpuRecorder on the CPU, CudaRecorder on a GPU. device: where the model runs (default: its
     first parameter's, else the CPU)."""
     routers = find_routers(model)
-    _check_topology(model, recorder.topology, routers)
+    _check_topology(model, recorder.topology, routers, experts_attribute="global_num_experts")
     if device is None:
         parameter = next(model.parameters(), None)
         device = parameter.device if parameter is not None else torch.device("cpu")
@@ -214,19 +215,3 @@ def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
         raise Error(f"{type(model).__name__} is on {device}: record it with "
                     "moestat.CudaRecorder (CpuRecorder reads host memory)")
     return RecordingHandle(model, recorder, routers, device, passes)
-
-
-def _check_topology(model, topology: ModelTopology, routers: dict) -> None:
-    name = type(model).__name__
-    router_layers = sorted(routers)
-    topology_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
-    if router_layers != topology_layers:
-        raise Error(f"{name}: routers in decoder layers {router_layers}, but the recorder's "
-                    f"topology has MoE layers {topology_layers}")
-    for layer, router in routers.items():
-        for attribute, expected in (("global_num_experts", topology.num_logical_experts),
-                                    ("top_k", topology.top_k)):
-            actual = getattr(router, attribute)
-            if actual != expected:
-                raise Error(f"{name}: layer {layer}'s router has {attribute}={actual}, the "
-                            f"recorder's topology {expected}")
