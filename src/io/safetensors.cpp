@@ -121,7 +121,9 @@ NamedTensors parse(std::span<const std::byte> bytes) {
   NamedTensors file;
   std::vector<Entry> entries;
   for (const std::string& key : keys) {
-    const detail::Json& value = document.find(key).value();
+    // at(), not find().value(): a reference into the document, not through a temporary
+    // iterator (GCC 13's -Wdangling-reference warns on the latter).
+    const detail::Json& value = document.at(key);
     if (key == kMetadataKey) {
       MOESTAT_CHECK(value.is_object(), "__metadata__ is not an object");
       for (const auto& [meta_key, meta_value] : value.items()) {
