@@ -131,11 +131,10 @@ void RouteRecorder::record_topk(std::int64_t layer, const TensorView& topk_ids) 
 }
 
 void RouteRecorder::record_topk_layers(std::span<const LayerTopk> layers) {
-  {
-    std::lock_guard lock(mutex_);
-    MOESTAT_CHECK(pass_open_ || accepts_hooks_outside_pass(),
-                  "route recorder: a layer hook outside a pass (call begin_pass first)");
-  }
+  // NOTE: pass_open_ is written by the forward thread only (begin/end/abort_pass), so the
+  // hook reads it without the lock the control calls take.
+  MOESTAT_CHECK(pass_open_ || accepts_hooks_outside_pass(),
+                "route recorder: a layer hook outside a pass (call begin_pass first)");
   std::vector<ColumnIds> columns;
   columns.reserve(layers.size());
   for (const LayerTopk& layer : layers) {

@@ -209,12 +209,12 @@ class RouteRecorder {
   RouteLayout layout_;
   RouteRecorderOptions options_;
 
-  mutable std::mutex mutex_;  // everything below
+  mutable std::mutex mutex_;  // everything below but pass_open_
   std::map<std::string, RequestRows, std::less<>> requests_;
   std::vector<std::int32_t> free_rows_;
   std::vector<bool> slot_written_;  // slot keys: which slots hold a row
   std::int64_t slots_written_ = 0;
-  bool pass_open_ = false;
+  bool pass_open_ = false;  // forward thread only
   RouteTallies tallies_;
   std::uint64_t placement_version_ = 0;
   std::string model_;
