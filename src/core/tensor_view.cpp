@@ -2,6 +2,17 @@
 #include <moestat/tensor_view.hpp>
 
 namespace moestat {
+namespace {
+
+/// The element at `bytes`, which need not be aligned.
+template <typename T>
+T read_as(const unsigned char* bytes) noexcept {
+  T value;
+  std::memcpy(&value, bytes, sizeof value);
+  return value;
+}
+
+}  // namespace
 
 std::string_view dtype_name(DType dtype) noexcept {
   switch (dtype) {
@@ -128,30 +139,18 @@ std::int64_t TensorView::int_at(std::initializer_list<std::int64_t> index) const
   const auto* bytes =
       static_cast<const unsigned char*>(data_) + offset * std::int64_t(dtype_size(dtype_));
   switch (dtype_) {
-    case DType::kInt32: {
-      std::int32_t value;
-      std::memcpy(&value, bytes, sizeof value);
-      return value;
-    }
-    case DType::kInt64: {
-      std::int64_t value;
-      std::memcpy(&value, bytes, sizeof value);
-      return value;
-    }
+    case DType::kInt32:
+      return read_as<std::int32_t>(bytes);
+    case DType::kInt64:
+      return read_as<std::int64_t>(bytes);
     case DType::kBool:
       return *bytes != 0 ? 1 : 0;
     case DType::kUInt8:
       return *bytes;
-    case DType::kInt16: {
-      std::int16_t value;
-      std::memcpy(&value, bytes, sizeof value);
-      return value;
-    }
-    case DType::kUInt16: {
-      std::uint16_t value;
-      std::memcpy(&value, bytes, sizeof value);
-      return value;
-    }
+    case DType::kInt16:
+      return read_as<std::int16_t>(bytes);
+    case DType::kUInt16:
+      return read_as<std::uint16_t>(bytes);
     case DType::kFloat32:
     case DType::kFloat64:
       break;

@@ -218,6 +218,25 @@ TEST(PtFile, WritesAtomicallyAndReadsBack) {
                {"cannot write", "b.pt"});
 }
 
+TEST(PtFile, NarrowIntegerTensorsRoundTripAsTorchsByteAndShortStorages) {
+  for (const DType dtype : {DType::kUInt8, DType::kInt16}) {
+    HostTensor narrow;
+    narrow.dtype = dtype;
+    narrow.shape = {2, 2};
+    for (int i = 0; i < 4 * int(dtype_size(dtype)); ++i) narrow.data.push_back(std::byte(i * 37));
+    const PtValue value(PtDict{{PtValue("ids"), PtValue(narrow)}});
+    const std::string bytes = io::pt_to_bytes(value);
+    EXPECT_NE(bytes.find(dtype == DType::kUInt8 ? "ByteStorage" : "ShortStorage"),
+              std::string::npos);
+    EXPECT_EQ(io::read_pt(bytes_of(bytes)), value);
+  }
+  HostTensor uint16;
+  uint16.dtype = DType::kUInt16;
+  uint16.shape = {1};
+  uint16.data.resize(2);
+  expect_error([&] { io::pt_to_bytes(PtValue(uint16)); }, {"cannot hold a uint16 tensor"});
+}
+
 TEST(PtFile, WriterRefusesInconsistentTensorsAndKeys) {
   HostTensor bad = tensor<std::int32_t>({2}, {1, 2});
   bad.shape = {3};

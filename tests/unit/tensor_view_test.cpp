@@ -53,6 +53,21 @@ TEST(TensorView, DTypeNamesAndSizes) {
   EXPECT_EQ(dtype_size(DType::kBool), 1u);
 }
 
+TEST(TensorView, NarrowIntegerDTypesReadAsTheirValues) {
+  EXPECT_EQ(dtype_name(DType::kUInt8), "uint8");
+  EXPECT_EQ(dtype_name(DType::kInt16), "int16");
+  EXPECT_EQ(dtype_name(DType::kUInt16), "uint16");
+  EXPECT_EQ(dtype_size(DType::kUInt8), 1u);
+  EXPECT_EQ(dtype_size(DType::kInt16), 2u);
+  EXPECT_EQ(dtype_size(DType::kUInt16), 2u);
+  const std::uint8_t bytes[] = {200, 7};
+  EXPECT_EQ(TensorView::contiguous(bytes, DType::kUInt8, {2}).int_at({0}), 200);
+  const std::int16_t shorts[] = {-5, 300};
+  EXPECT_EQ(TensorView::contiguous(shorts, DType::kInt16, {2}).int_at({0}), -5);
+  const std::uint16_t wide[] = {60000, 1};
+  EXPECT_EQ(TensorView::contiguous(wide, DType::kUInt16, {2}).int_at({0}), 60000);
+}
+
 TEST(TensorView, DeviceFactories) {
   EXPECT_EQ(Device::cpu().kind, DeviceKind::kCpu);
   EXPECT_EQ(Device::cuda(3).kind, DeviceKind::kCuda);
