@@ -106,6 +106,48 @@ TEST(CudaRouteRecorder, EqualsTheCpuRecorderEagerly) {
   EXPECT_EQ(gpu_tallies.tokens_recorded, cpu_tallies.tokens_recorded);
 }
 
+TEST(CudaRouteRecorder, ALargeBatchAndAnAbortedPassEqualTheCpuRecorder) {
+  MOESTAT_REQUIRE_GPU();
+  const ModelTopology topology = route_topology();
+  // 700 tokens: more row moves than the end-of-pass kernel's parameters hold, so they go
+  // through the pinned ring.
+  constexpr std::int64_t kRows = 700;
+  const routes::RouteRecorderOptions options{.max_tokens_per_pass = 1024, .capacity_tokens = 2048};
+  CpuRouteRecorder cpu(topology, options);
+  CudaRouteRecorder gpu(topology, options);
+  const std::int64_t top_k = topology.top_k;
+  std::vector<std::int32_t> ids(std::size_t(kRows * top_k));
+  for (std::int64_t row = 0; row < kRows; ++row) {
+    for (std::int64_t k = 0; k < top_k; ++k) {
+      ids[std::size_t(row * top_k + k)] = std::int32_t((row * 7 + k * 37) % 300);  // distinct
+    }
+  }
+  const DeviceArray<std::int32_t> device_ids(ids);
+  const std::int64_t shape[] = {kRows, top_k};
+  const auto host_view = TensorView::contiguous(ids.data(), DType::kInt32, shape);
+  const auto device_view =
+      TensorView::contiguous(device_ids.data(), DType::kInt32, shape, Device::cuda(0));
+  const routes::TokenSpan prefill[] = {{"big", 0, kRows}};
+  const routes::TokenSpan next[] = {{"big", kRows, 1}};
+  for (routes::RouteRecorder* recorder :
+       {static_cast<routes::RouteRecorder*>(&cpu), static_cast<routes::RouteRecorder*>(&gpu)}) {
+    const TensorView& view = recorder == &cpu ? host_view : device_view;
+    recorder->begin_pass();
+    for (std::int64_t layer : recorder->layout().layers) recorder->record_topk(layer, view);
+    recorder->end_pass(prefill);
+    // An aborted pass: what it wrote must not reach the next pass's token.
+    recorder->begin_pass();
+    for (std::int64_t layer : recorder->layout().layers) recorder->record_topk(layer, view);
+    recorder->abort_pass();
+    recorder->begin_pass();
+    recorder->end_pass(next);
+  }
+  const RoutedExperts want = cpu.finish("big");
+  ASSERT_EQ(want.num_tokens(), kRows + 1);
+  EXPECT_FALSE(want.is_valid(kRows, 0));
+  EXPECT_EQ(gpu.finish("big"), want);
+}
+
 struct CapturedGraph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
