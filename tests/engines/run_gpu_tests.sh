@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine that has CUDA, CMake, Ninja and a Python with torch (transformers and
-# Triton where installed): builds the Python package and the GPU test binary there, then runs
-# the GPU recorder tests, the CUDA tests of the Python package and the engine tests (the
+# Runs on a GPU machine: builds the Python package and the GPU test binary there, then runs the
+# GPU recorder tests, the CUDA tests of the Python package and the engine tests (the
 # differential test against SGLang's recorder with CUDA graphs; the transformers models).
+#
+# The build is configured with MOESTAT_BUILD_REPORT=OFF: the GPU tests and the Python package
+# link neither the report layer nor the CLI, so librsvg, Cairo and CLI11 are not needed (the
+# test tree then holds the GPU tests alone; tests/CMakeLists.txt). What the machine needs:
+#   - the CUDA toolkit (nvcc; compute-sanitizer for the memcheck step), CMake >= 3.25, Ninja
+#     and a C++20 compiler;
+#   - libraries: fmt, nlohmann-json, libzip (through pkg-config), GoogleTest/GoogleMock and
+#     rapidcheck, from the machine or from DEPS_PREFIX below;
+#   - a python3 with nanobind (for the build), numpy, pytest, torch and, for their tests,
+#     transformers (docs/transformers.md gives the versions supported) and sglang (or
+#     MOESTAT_SGLANG_WHEEL).
 #
 # Usage: tests/engines/run_gpu_tests.sh OUT_DIR [DEPS_PREFIX]
 #   DEPS_PREFIX: for a machine without the library's dependencies, a folder holding them as
 #     extracted Debian packages (DEPS_PREFIX/usr/...): libfmt-dev, libfmt9, nlohmann-json3-dev,
-#     libcli11-dev, libzip-dev, libzip4, libgtest-dev, libgmock-dev, librapidcheck-dev,
-#     pkgconf (`apt-get download` them, then `dpkg -x PACKAGE.deb DEPS_PREFIX`).
+#     libzip-dev, libzip4, libgtest-dev, libgmock-dev, librapidcheck-dev, pkgconf
+#     (`apt-get download` them, then `dpkg -x PACKAGE.deb DEPS_PREFIX`; tests/device_deps.sh).
 #   MOESTAT_SGLANG_WHEEL: an sglang wheel, where the machine has no sglang installed
 #     (tests/engines/sglang_harness.py loads SGLang's recorder from it).
 set -uo pipefail
@@ -22,7 +32,8 @@ source "$(dirname "$0")/../device_deps.sh"
 
 echo "== build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON \
-  -DMOESTAT_BUILD_BENCH=OFF -DMOESTAT_WERROR=OFF -DMOESTAT_ENABLE_MPI=OFF \
+  -DMOESTAT_BUILD_REPORT=OFF -DMOESTAT_BUILD_TESTS=ON -DMOESTAT_BUILD_BENCH=OFF \
+  -DMOESTAT_WERROR=OFF -DMOESTAT_ENABLE_MPI=OFF \
   -DPython_EXECUTABLE="$(command -v python3)" "${cmake_args[@]}" >"$out/build.log" 2>&1 &&
   cmake --build build-gpu --target _core moestat_gpu_recorder_tests >>"$out/build.log" 2>&1
 if [[ $? -ne 0 ]]; then
@@ -45,6 +56,6 @@ export PYTHONPATH="$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}" MOESTAT_SHA
 python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda.py \
   tests/engines/test_sglang_cuda.py tests/engines/test_sglang_differential.py \
   -k "not ranks_over_gloo and not tensor_parallel" \
-  $(ls tests/engines/test_transformers_cuda.py 2>/dev/null) 2>&1 | tee "$out/pytest.log" | tail -n 25
+  tests/engines/test_transformers_cuda.py 2>&1 | tee "$out/pytest.log" | tail -n 25
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 exit $status
