@@ -40,6 +40,7 @@ QWEN3_30B_A3B = dict(
     num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
     vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
     tie_word_embeddings=False)
+WARM_UP_STEPS = 3  # per variant, untimed, before the rounds
 
 
 def parse_arguments():
@@ -63,7 +64,15 @@ def parse_arguments():
     parser.add_argument("--host-breakdown", action="store_true",
                         help="also time the host side of the recording hooks, eager prefill")
     parser.add_argument("--json", help="also write the results here")
-    return parser.parse_args()
+    arguments = parser.parse_args()
+    # The decode cache is rewound before each timed call (rewind()): one call's forwards
+    # must fit it.
+    forwards = max(arguments.steps, WARM_UP_STEPS) * arguments.captures
+    if forwards > arguments.context:
+        parser.error(f"--steps {arguments.steps} (at least {WARM_UP_STEPS}) times --captures "
+                     f"{arguments.captures} is {forwards} decode forwards between rewinds of the "
+                     f"cache, more than its --context {arguments.context} tokens")
+    return arguments
 
 
 def build_model(arguments):
@@ -84,7 +93,7 @@ class SglangStyleRecording:
         routers = moestat_hf.find_routers(model)
         config = model.config
         self.counts = torch.zeros(config.num_hidden_layers, config.num_experts,
-                                  dtype=torch.int32, device="cuda")
+                                  dtype=torch.int32, device=model.device)
         self._hooks = [router.register_forward_hook(self._hook_for(layer))
                        for layer, router in routers.items()]
 
@@ -127,16 +136,30 @@ def milliseconds_per_step(run, steps):
     return start.elapsed_time(stop) / steps
 
 
-def time_in_turns(runs: dict, arguments) -> dict:
+def rewind(step) -> None:
+    """Puts the static KV cache of a decode step (step.cache) back at its start. Its layers
+    write at a device counter that every forward, and every replay of a graph captured over
+    it, advances by the forward's tokens whatever cache_position says: past the cache's end
+    the write fails (a device-side assert on a GPU). reset() zeroes counter and cache in place,
+    so the graphs captured over them stay valid. A step without a cache has none to rewind."""
+    cache = getattr(step, "cache", None)
+    if cache is not None:
+        cache.reset()
+
+
+def time_in_turns(runs: dict, step, arguments) -> dict:
     """{variant: [ms per step, one per round]}; each round times every variant once, in turn,
     so that clock and thermal drift fall on all of them alike. runs: {variant: (setup, run)},
-    setup a context manager entered around the variant's steps."""
+    setup a context manager entered around the variant's steps, run calling step (or replaying
+    its graphs), whose cache is rewound, untimed, before each variant's steps."""
     times = {variant: [] for variant in runs}
     for variant, (setup, run) in runs.items():  # warm-up
+        rewind(step)
         with setup():
-            milliseconds_per_step(run, 3)
+            milliseconds_per_step(run, WARM_UP_STEPS)
     for _ in range(arguments.rounds):
         for variant, (setup, run) in runs.items():
+            rewind(step)
             with setup():
                 times[variant].append(milliseconds_per_step(run, arguments.steps))
     return times
@@ -180,6 +203,7 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
                 with hooks() as recording:
                     graph.setdefault(variant, []).append(captured(step))
                 kept.append(recording)  # the graphs write into its tensors: they must outlive it
+                rewind(step)  # the capture's warm-up wrote to the cache
 
         def replay_each(variant):
             def replay():
@@ -194,7 +218,7 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
             "sglang-style": (nothing, replay_each("sglang-style")),
             "off, recaptured": (nothing, replay_each("off, recaptured")),
         }
-        times = time_in_turns(runs, arguments)
+        times = time_in_turns(runs, step, arguments)
         recorder.stop()
         # A step of a variant replays each of its graphs once.
         return {variant: [ms / arguments.captures for ms in rounds]
@@ -202,7 +226,7 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
     else:
         runs = {variant: (setup, step) for variant, setup in eager_setups(model,
                                                                           recorder).items()}
-    times = time_in_turns(runs, arguments)
+    times = time_in_turns(runs, step, arguments)
     recorder.stop()
     return times
 
@@ -212,6 +236,7 @@ def host_breakdown(model, recorder, step, arguments) -> dict:
     "off" is the timing hooks alone."""
     result = {}
     for variant, setup in eager_setups(model, recorder).items():
+        rewind(step)
         with setup():
             timer = HookTimer(model)
             for _ in range(arguments.steps):
@@ -237,16 +262,17 @@ def check_recorded(recorder, tokens: int, steps: int) -> str:
 
 def decode_step(model, batch: int, context: int):
     """A step() decoding one token for each of batch sequences at position context - 1 of a
-    static cache (its contents do not matter to the time); step.cache is the cache."""
+    static cache (its contents do not matter to the time); step.cache is the cache, which
+    rewind() puts back at its start before it fills up."""
     cache = transformers.StaticCache(config=model.config, max_cache_len=context)
-    input_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device="cuda")
-    position = torch.full((batch, 1), context - 1, device="cuda")
-    cache_position = torch.tensor([context - 1], device="cuda")
+    input_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=model.device)
+    position = torch.full((batch, 1), context - 1, device=model.device)
+    cache_position = torch.tensor([context - 1], device=model.device)
 
     def step():
         model(input_ids=input_ids, position_ids=position, cache_position=cache_position,
               past_key_values=cache, use_cache=True, logits_to_keep=1)
-    step.cache = cache  # for a caller that resets it between rounds
+    step.cache = cache  # for rewind()
     return step
 
 

@@ -56,6 +56,7 @@ export PYTHONPATH="$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}" MOESTAT_SHA
 python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda.py \
   tests/engines/test_sglang_cuda.py tests/engines/test_sglang_differential.py \
   -k "not ranks_over_gloo and not tensor_parallel" \
-  tests/engines/test_transformers_cuda.py 2>&1 | tee "$out/pytest.log" | tail -n 25
+  tests/engines/test_transformers_cuda.py tests/engines/test_hf_step_cost.py 2>&1 |
+  tee "$out/pytest.log" | tail -n 25
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 exit $status
