@@ -151,7 +151,7 @@ def summary(snapshot: moestat.Snapshot, topology: moestat.ModelTopology, gpus: i
     moe_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
     hottest = ", ".join(f"{layer}:{int(np.argmax(loads[layer]))}" for layer in moe_layers[:8])
     return "\n".join([
-        f"passes:       {snapshot.logical_counts.shape[0]} "
+        f"passes:       {snapshot.num_passes} "
         f"({int(snapshot.pass_num_tokens.sum())} tokens)",
         f"MoE layers:   {len(moe_layers)} of {topology.num_layers}, "
         f"{topology.num_logical_experts} experts, top-{topology.top_k}",

@@ -48,6 +48,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from ._core import Error, Recorder
+from .pass_ids import PassIds
 
 
 # The most bytes of ids a pass keeps before counting them (a prefill of 32768 tokens of
@@ -56,16 +57,15 @@ MAX_KEPT_BYTES = 64 << 20
 
 
 class _Registration:
-    """A recorder, the id of the next pass it opens (a counter of host calls: inside a
-    replayed CUDA graph the id captured with the graph is replayed), and the layers the open
+    """A recorder, the ids its passes open under (moestat.pass_ids), and the layers the open
     pass keeps to count at its end."""
 
-    __slots__ = ("recorder", "next_pass_id", "kept_layers", "kept_ids", "kept_valid",
+    __slots__ = ("recorder", "pass_ids", "kept_layers", "kept_ids", "kept_valid",
                  "kept_bytes")
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
-        self.next_pass_id = 0
+        self.pass_ids = PassIds()
         self.forget_kept()
 
     def forget_kept(self) -> None:
@@ -139,6 +139,7 @@ def abort_pass(token: torch.Tensor, recorder_id: int) -> None:
     raises has no later op to run."""
     registration = _registered(recorder_id, token)
     registration.forget_kept()
+    registration.pass_ids.close()
     registration.recorder.abort_pass()
 
 
@@ -162,8 +163,7 @@ def _lookup(recorder_id: int) -> _Registration:
 def _open_pass(token: torch.Tensor, recorder_id: int) -> None:
     registration = _registered(recorder_id, token)
     registration.forget_kept()
-    registration.recorder.begin_pass(registration.next_pass_id)
-    registration.next_pass_id += 1
+    registration.pass_ids.begin(registration.recorder)
 
 
 def _record(token, recorder_id, layer, topk_ids, num_valid_tokens) -> None:
@@ -201,6 +201,7 @@ def _count_kept(registration: _Registration) -> None:
 
 def _close_pass(token: torch.Tensor, recorder_id: int) -> None:
     registration = _registered(recorder_id, token)
+    registration.pass_ids.close()
     try:
         _count_kept(registration)
     finally:

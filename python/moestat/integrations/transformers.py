@@ -17,13 +17,13 @@ directly), so a model compiled with ``torch.compile(fullgraph=True)`` or capture
 graph records too (docs/transformers.md).
 """
 
-import functools
 import re
 
 import torch
 
 from .. import torch_ops
 from .._core import CpuRecorder, Error, ModelTopology, Recorder
+from .forward_hooks import ForwardHooks, forward_inputs
 
 # Router classes whose forward returns (router_logits, routing_weights, top_k_ids), with
 # top_k_ids [tokens, top_k] in the order of the flattened [batch, sequence] tokens.
@@ -94,7 +94,7 @@ def find_routers(model: torch.nn.Module) -> dict:
     return routers
 
 
-class RecordingHandle:
+class RecordingHandle(ForwardHooks):
     """The hooks attach() put on a model; detach() (or leaving the with block) removes them."""
 
     def __init__(self, model: torch.nn.Module, recorder: Recorder, routers: dict):
@@ -105,34 +105,17 @@ class RecordingHandle:
         self._token = torch_ops.ordering_token(_device_of(model))
         # Per forward with padding: (the token rows, real ones first; how many are real).
         self._real_rows_first = None
-        self._hooks = [
-            model.register_forward_pre_hook(self._begin_pass, with_kwargs=True),
-            # always_call: a forward that raises still closes its pass (discarding it), so the
-            # next can open.
-            model.register_forward_hook(self._end_pass, always_call=True),
-        ]
-        self._hooks += [
-            router.register_forward_hook(functools.partial(self._record, layer))
-            for layer, router in routers.items()
-        ]
+        super().__init__(model, routers)
 
     def detach(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
+        super().detach()
         torch_ops.unregister(self._recorder_id)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.detach()
 
     def _begin_pass(self, model, args, kwargs):
         self._real_rows_first = _real_rows_first(args, kwargs)
         torch_ops.begin_pass(self._token, self._recorder_id)
 
-    def _record(self, layer, router, args, output):
+    def _on_router(self, layer, router, args, output):
         top_k_ids = output[_TOP_K_IDS]
         if self._real_rows_first is None:
             torch_ops.record_topk(self._token, self._recorder_id, layer, top_k_ids)
@@ -198,10 +181,7 @@ def _real_rows_first(args, kwargs):
     data: both stay valid inside a CUDA graph). None without such a mask: every row counts,
     also with masks transformers prepared (4-D, or a dict by layer type, as generate() passes
     them with a static cache), which do not say which tokens are padding."""
-    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-    tokens = kwargs.get("input_ids", args[0] if args else None)
-    if tokens is None:
-        tokens = kwargs.get("inputs_embeds")
+    tokens, mask = forward_inputs(args, kwargs)
     if not isinstance(mask, torch.Tensor) or tokens is None or mask.dim() != 2:
         return None
     # The mask spans the cached tokens too; this forward's tokens are its last columns.

@@ -23,17 +23,16 @@ captured in a CUDA graph is recorded by calling the recorder's hooks around each
 (docs/routing-replay.md).
 """
 
-import functools
-
 import numpy as np
 import torch
 from torch.utils.dlpack import to_dlpack
 
 from .._core import Error, RouteRecorder
 from . import transformers as moestat_hf
+from .forward_hooks import ForwardHooks, forward_inputs
 
 
-class RouteCapture:
+class RouteCapture(ForwardHooks):
     """The hooks capture() put on a model; detach() (or leaving the with block) removes them."""
 
     def __init__(self, model: torch.nn.Module, recorder: RouteRecorder, request_ids, routers):
@@ -43,25 +42,7 @@ class RouteCapture:
         self._next_position = np.zeros(len(self.request_ids), dtype=np.int64)
         self._kept = []     # (layer, top-k ids) of the open pass
         self._rows = None   # the open pass's (mask, tokens) or None
-        self._hooks = [
-            model.register_forward_pre_hook(self._begin_pass, with_kwargs=True),
-            model.register_forward_hook(self._end_pass, always_call=True),
-        ]
-        self._hooks += [
-            router.register_forward_hook(functools.partial(self._keep, layer))
-            for layer, router in routers.items()
-        ]
-
-    def detach(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.detach()
+        super().__init__(model, routers)
 
     def take(self) -> dict:
         """{request id: RoutedExperts} of the positions routed since the last take."""
@@ -72,15 +53,12 @@ class RouteCapture:
         return {request: self.recorder.finish(request) for request in self.request_ids}
 
     def _begin_pass(self, model, args, kwargs):
-        tokens = kwargs.get("input_ids", args[0] if args else None)
-        if tokens is None:
-            tokens = kwargs.get("inputs_embeds")
+        tokens, mask = forward_inputs(args, kwargs)
         if tokens is None:
             raise Error(f"{type(model).__name__}: route capture needs input_ids or inputs_embeds")
         if tokens.shape[0] != len(self.request_ids):
             raise Error(f"{type(model).__name__}: a batch of {tokens.shape[0]} sequences, but "
                         f"{len(self.request_ids)} request ids")
-        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         self._kept = []
         if tokens.is_cuda and hasattr(self.recorder, "set_stream"):
             self.recorder.set_stream(torch.cuda.current_stream(tokens.device).cuda_stream)
@@ -89,7 +67,7 @@ class RouteCapture:
         self._rows = (mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None,
                       tokens.shape[1])
 
-    def _keep(self, layer, router, args, output):
+    def _on_router(self, layer, router, args, output):
         # Recorded at the pass's end, in one call: the ids are router outputs nothing changes.
         self._kept.append((layer, output[moestat_hf._TOP_K_IDS]))
 
