@@ -1,6 +1,6 @@
 """Tiny random-weight transformers MoE models, and the routing each of them computes, worked
-out here from the router logits the model itself returns (output_router_logits=True), so that
-the engine tests can check moestat's counts against an independent tally."""
+out here from the logits the model's own routers return (taken by forward hooks on them), so
+that the engine tests can check moestat's counts against an independent tally."""
 import functools
 
 import numpy as np
@@ -83,24 +83,26 @@ def latest_router_logits(model) -> dict:
 
 
 def router_logits_of_each_forward(model) -> list:
-    """A list that gets the router logits of every forward of model's decoder stack (one entry
-    per pass of generate()). Asked of the decoder stack, not the ...ForCausalLM: asked for
-    router logits, that also computes its load-balancing loss, which fails on decode steps."""
+    """A list that gets, for every forward of model (each pass of generate()), its routers'
+    logits in layer order, taken from the routers themselves by forward hooks. Not the
+    router_logits a forward returns when asked (output_router_logits=True): not every
+    transformers version returns them for every family (DeepSeek-V3 on 5.17 does not), and
+    asked for them, ...ForCausalLM computes its load-balancing loss, which fails on decode
+    steps and copies to the host."""
     steps = []
-    decoder = model.model
-    original_forward = decoder.forward
-
-    def forward_returning_router_logits(*args, **kwargs):
-        output = original_forward(*args, **{**kwargs, "output_router_logits": True})
-        steps.append(output.router_logits)
-        return output
-
-    decoder.forward = forward_returning_router_logits
+    routers = routers_by_layer(model)
+    model.register_forward_pre_hook(lambda module, args: steps.append([None] * len(routers)))
+    for column, layer in enumerate(sorted(routers)):
+        routers[layer].register_forward_hook(functools.partial(_keep_step_logits, steps, column))
     return steps
 
 
 def _keep_router_logits(logits, layer, router, args, output):
     logits[layer] = output[0]
+
+
+def _keep_step_logits(steps, column, router, args, output):
+    steps[-1][column] = output[0]
 
 
 def top_k_from_logits(model, layer: int, logits: torch.Tensor) -> torch.Tensor:

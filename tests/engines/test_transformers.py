@@ -25,12 +25,13 @@ def recorder_for(model):
 def test_a_padded_batch_is_counted_as_the_routers_route_its_real_tokens(model_type):
     model = hf_models.tiny_model(model_type)
     input_ids, attention_mask = hf_models.padded_batch()
+    forwards = hf_models.router_logits_of_each_forward(model)  # the model's own
     recorder = recorder_for(model)
     with torch.no_grad(), moestat_hf.attach(model, recorder):
-        output = model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+        model(input_ids, attention_mask=attention_mask)
     counts = recorder.snapshot().logical_counts
-    assert counts.shape[0] == 1, "one forward, one pass"
-    expected = hf_models.tally(model, output.router_logits, attention_mask.bool())
+    assert counts.shape[0] == len(forwards) == 1, "one forward, one pass"
+    expected = hf_models.tally(model, forwards[0], attention_mask.bool())
     np.testing.assert_array_equal(counts[0], expected)
     # Dense layers get nothing, every real token is counted top-k times in each MoE layer,
     # and the padding would have changed the counts.
@@ -38,7 +39,7 @@ def test_a_padded_batch_is_counted_as_the_routers_route_its_real_tokens(model_ty
     assert not counts[0][~moe].any()
     top_k = recorder.topology.top_k
     assert (counts[0][moe].sum(axis=1) == int(attention_mask.sum()) * top_k).all()
-    with_padding = hf_models.tally(model, output.router_logits, torch.ones_like(attention_mask))
+    with_padding = hf_models.tally(model, forwards[0], torch.ones_like(attention_mask))
     assert not np.array_equal(with_padding, expected)
 
 
@@ -110,20 +111,17 @@ def test_a_model_compiled_with_fullgraph_records_what_it_routes(model_type, back
     # The default eager experts loop over the experts a batch hits, which cannot be one graph.
     model = hf_models.tiny_model(model_type, seed=2, experts_implementation="batched_mm")
     input_ids, attention_mask = hf_models.padded_batch(seed=2)
-    with torch.no_grad():
-        # transformers installs the hooks that capture router logits on the first call that
-        # asks for them, under a lock that Dynamo cannot trace: that call must be eager.
-        model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+    calls = hf_models.router_logits_of_each_forward(model)  # kept by hooks compiled in too
     recorder = recorder_for(model)
     with torch.no_grad(), moestat_hf.attach(model, recorder):
         compiled = torch.compile(model, fullgraph=True, backend=backend)  # a graph break raises
-        outputs = [compiled(input_ids, attention_mask=attention_mask, output_router_logits=True)
-                   for _ in range(2)]
+        for _ in range(2):
+            compiled(input_ids, attention_mask=attention_mask)
     counts = recorder.snapshot().logical_counts
-    assert counts.shape[0] == 2, "each call of the compiled model is a pass"
-    for call, output in enumerate(outputs):
+    assert counts.shape[0] == len(calls) == 2, "each call of the compiled model is a pass"
+    for call, router_logits in enumerate(calls):
         np.testing.assert_array_equal(
-            counts[call], hf_models.tally(model, output.router_logits, attention_mask.bool()))
+            counts[call], hf_models.tally(model, router_logits, attention_mask.bool()))
 
 
 def test_detach_stops_recording_and_the_context_manager_detaches():
@@ -157,11 +155,12 @@ def test_a_forward_that_raises_is_discarded_and_the_next_records():
         with pytest.raises(RuntimeError, match="router failed"):
             model(input_ids, attention_mask=attention_mask)
         failing.remove()
-        output = model(input_ids, attention_mask=attention_mask, output_router_logits=True)
+        forwards = hf_models.router_logits_of_each_forward(model)
+        model(input_ids, attention_mask=attention_mask)
     counts = recorder.snapshot().logical_counts
     assert counts.shape[0] == 1, "the forward that raised is no pass"
     np.testing.assert_array_equal(
-        counts[0], hf_models.tally(model, output.router_logits, attention_mask.bool()))
+        counts[0], hf_models.tally(model, forwards[0], attention_mask.bool()))
 
 
 def test_topology_from_config_marks_the_dense_layers():

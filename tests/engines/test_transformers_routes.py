@@ -2,7 +2,6 @@
 architecture, on the CPU: the routes captured from generate() on a left-padded batch are, for
 every sequence, position and MoE layer, the experts the model's own router logits pick; padding
 is never recorded; positions start at each sequence's first real token."""
-import numpy as np
 import pytest
 import torch
 
@@ -13,20 +12,6 @@ from moestat.integrations import transformers_routes
 import hf_models
 
 ARCHITECTURES = hf_models.available_architectures()
-
-
-def router_logits_of_each_forward(model) -> list:
-    """A list that gets, for every forward of model, its routers' logits in layer order, taken
-    from the routers themselves: not every transformers version returns router_logits for
-    every family (DeepSeek-V3 on 5.17 does not)."""
-    steps = []
-    routers = hf_models.routers_by_layer(model)
-    model.register_forward_pre_hook(lambda module, args: steps.append([None] * len(routers)))
-    for column, router in enumerate(routers[layer] for layer in sorted(routers)):
-        def keep(router, args, output, column=column):
-            steps[-1][column] = output[0]
-        router.register_forward_hook(keep)
-    return steps
 
 
 def route_recorder_for(model, **options):
@@ -45,7 +30,7 @@ def test_generate_captures_each_sequences_routes_as_its_routers_chose_them(model
     model = hf_models.tiny_model(model_type, seed=2).to(device)
     lengths = (7, 4, 6)
     input_ids, attention_mask = hf_models.padded_batch(seed=2, lengths=lengths, device=device)
-    steps = router_logits_of_each_forward(model)
+    steps = hf_models.router_logits_of_each_forward(model)
     recorder = route_recorder_for(model)
     new_tokens = 4
     requests = ["a", "b", "c"]
