@@ -184,6 +184,29 @@ def test_a_model_without_a_known_router_is_refused_by_name():
         moestat_hf.attach(model, recorder)
 
 
+# What a pip-installed moestat meets on an older transformers: DeepSeek-V3's router returned
+# its logits alone before 5.13.0, and before 5.0.0 no family had a router module.
+@pytest.mark.parametrize("model_type, version, needed", [
+    ("deepseek_v3", "5.12.1", "5.13.0"), ("deepseek_v3", "4.57.1", "5.13.0"),
+    ("mixtral", "4.57.1", "5.0.0"), ("qwen3_moe", "5.0.0.dev0", None),
+    ("deepseek_v3", "5.13.0", None)])
+def test_an_older_transformers_is_refused_with_the_version_needed(model_type, version, needed,
+                                                                   monkeypatch):
+    import transformers
+
+    model = hf_models.tiny_model(model_type)
+    recorder = recorder_for(model)
+    monkeypatch.setattr(transformers, "__version__", version)
+    if needed is None:
+        moestat_hf.attach(model, recorder).detach()
+        return
+    with pytest.raises(moestat.Error, match=rf"transformers {version} is too old for moestat: "
+                                            rf".* from transformers {needed} on"):
+        moestat_hf.attach(model, recorder)
+    with pytest.raises(moestat.Error, match=rf"transformers>={needed}"):
+        moestat_hf.find_routers(model)
+
+
 def test_a_recorder_whose_topology_does_not_fit_is_refused():
     model = hf_models.tiny_model("qwen3_moe")
     wrong_layers = moestat.CpuRecorder(moestat.ModelTopology.uniform(4, 8, 2))

@@ -24,6 +24,7 @@ import torch
 from .. import torch_ops
 from .._core import CpuRecorder, Error, ModelTopology, Recorder
 from .forward_hooks import ForwardHooks, forward_inputs
+from .transformers_versions import check_transformers_version
 
 # Router classes whose forward returns (router_logits, routing_weights, top_k_ids), with
 # top_k_ids [tokens, top_k] in the order of the flattened [batch, sequence] tokens.
@@ -88,6 +89,7 @@ def find_routers(model: torch.nn.Module) -> dict:
         if layer in routers:
             raise Error(f"{type(model).__name__}: decoder layer {layer} has two routers")
         routers[layer] = module
+    check_transformers_version(model, routers)  # an older one's routers return other things
     if not routers:
         raise Error(f"{type(model).__name__}: no MoE router that moestat recognises "
                     f"(supported: {', '.join(sorted(SUPPORTED_ROUTERS))})")
