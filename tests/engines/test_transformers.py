@@ -2,6 +2,8 @@
 architecture, on the CPU: the recorded counts equal a tally of the model's own router
 outputs, per layer, for a padded batch, for generate() and for a model compiled with
 torch.compile(fullgraph=True)."""
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -192,11 +194,10 @@ def test_a_model_without_a_known_router_is_refused_by_name():
     ("deepseek_v3", "5.13.0", None)])
 def test_an_older_transformers_is_refused_with_the_version_needed(model_type, version, needed,
                                                                    monkeypatch):
-    import transformers
-
     model = hf_models.tiny_model(model_type)
     recorder = recorder_for(model)
-    monkeypatch.setattr(transformers, "__version__", version)
+    # The module as imported now: building a model may put a new one in sys.modules.
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", version)
     if needed is None:
         moestat_hf.attach(model, recorder).detach()
         return
