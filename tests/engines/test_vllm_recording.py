@@ -6,10 +6,7 @@ logical ids it hands the capture function). Also: padding rows left out through 
 EplbLayerState.num_unpadded_tokens_tensors (EPLB's mapping is a passthrough on the CPU), a
 forward compiled with torch.compile(fullgraph=True), detach, and topology checks.
 
-The MoE layers are stand-ins for vLLM's MoERunner (its constructor wants a whole FusedMoE
-config and kernels): a module with vLLM's ``router`` and ``layer_name`` (its prefix), the two
-attributes vLLM's own bind_routed_experts_capturer reads; the layer index comes from vLLM's
-extract_layer_index.
+The model is vllm_stand_in_model.py's; the layer index comes from vLLM's extract_layer_index.
 
 Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
 """
@@ -23,80 +20,12 @@ import torch
 try:
     from vllm.distributed.eplb.eplb_state import EplbLayerState
     from vllm.model_executor.layers.fused_moe.router.base_router import BaseRouter
-    from vllm.model_executor.layers.fused_moe.router.router_factory import (
-        create_fused_moe_router)
+    from vllm_stand_in_model import HIDDEN, MOE_LAYERS, NUM_EXPERTS, NUM_LAYERS, TOP_K, Model, tally
 except Exception as error:  # pragma: no cover - vLLM without its router modules' imports
     pytest.skip(f"vLLM's router modules do not import: {error!r}", allow_module_level=True)
 
 import moestat
 from moestat.vllm import recording
-
-NUM_LAYERS, NUM_EXPERTS, TOP_K, HIDDEN = 5, 16, 4, 8
-MOE_LAYERS = (1, 2, 4)  # decoder layers 0 and 3 dense
-
-
-def make_router(layer, eplb_state=None):
-    """vLLM's router from its factory; the layers route by different schemes."""
-    if layer == 2:  # DeepSeek-style: grouped top-k, sigmoid scores, correction bias
-        return create_fused_moe_router(
-            top_k=TOP_K, global_num_experts=NUM_EXPERTS, use_grouped_topk=True,
-            num_expert_group=4, topk_group=2, scoring_func="sigmoid",
-            e_score_correction_bias=torch.linspace(-0.1, 0.1, NUM_EXPERTS),
-            eplb_state=eplb_state)
-    return create_fused_moe_router(top_k=TOP_K, global_num_experts=NUM_EXPERTS,
-                                   renormalize=layer != 4, eplb_state=eplb_state)
-
-
-class MoeLayer(torch.nn.Module):
-    """What recording reads of vLLM's MoERunner: router and layer_name."""
-
-    def __init__(self, prefix, router):
-        super().__init__()
-        self.layer_name = prefix
-        self.router = router
-        self.gate = torch.nn.Linear(HIDDEN, NUM_EXPERTS, bias=False)
-        self.routed = []  # the ids the router returned, per call
-
-    def forward(self, hidden):
-        logits = self.gate(hidden)
-        _, topk_ids = self.router.select_experts(hidden, logits)
-        self.routed.append(topk_ids)
-        return hidden + logits[:, :HIDDEN].tanh()
-
-
-class DecoderLayer(torch.nn.Module):
-    def __init__(self, index, eplb_state):
-        super().__init__()
-        self.mlp = (MoeLayer(f"model.layers.{index}.mlp.experts",
-                             make_router(index, eplb_state))
-                    if index in MOE_LAYERS else torch.nn.Linear(HIDDEN, HIDDEN))
-
-    def forward(self, hidden):
-        return self.mlp(hidden)
-
-
-class Model(torch.nn.Module):
-    def __init__(self, eplb_state=None, seed=0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.layers = torch.nn.ModuleList(DecoderLayer(i, eplb_state) for i in range(NUM_LAYERS))
-
-    def forward(self, hidden):
-        for layer in self.layers:
-            hidden = layer(hidden)
-        return hidden
-
-    def moe(self):
-        return {i: self.layers[i].mlp for i in MOE_LAYERS}
-
-
-def tally(model, call, num_valid=None):
-    """[layers, experts] counts numpy makes of the ids vLLM's routers returned in call."""
-    counts = np.zeros((NUM_LAYERS, NUM_EXPERTS), np.int64)
-    for layer, moe in model.moe().items():
-        ids = moe.routed[call].numpy()[:num_valid]
-        counts[layer] = np.bincount(ids.reshape(-1), minlength=NUM_EXPERTS)
-    return counts
 
 
 def new_recorder(model, **kwargs):

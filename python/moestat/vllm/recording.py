@@ -45,26 +45,31 @@ from .._core import CpuRecorder, Error, ModelTopology, Recorder
 from ..integrations.transformers import _check_topology
 
 
-def find_routers(model: torch.nn.Module) -> dict:
-    """{decoder layer index: vLLM router} for every MoE layer of model: each ``MoERunner`` (or
+def find_moe_runners(model: torch.nn.Module) -> dict:
+    """{decoder layer index: vLLM MoE layer} for every MoE layer of model: each ``MoERunner`` (or
     any module with a ``router`` and a ``layer_name``, as vLLM's MoE layers have) whose router
     takes a capture function. Raises moestat.Error when there is none."""
     from vllm.model_executor.layers.fused_moe.router.base_router import BaseRouter
 
-    routers = {}
+    runners = {}
     for name, module in model.named_modules():
         router = getattr(module, "router", None)
         if not isinstance(router, BaseRouter) or not hasattr(module, "layer_name"):
             continue
         layer = _layer_index(module)
-        if layer in routers and routers[layer] is not router:
+        if layer in runners and runners[layer].router is not router:
             raise Error(f"{type(model).__name__}: decoder layer {layer} has two routers "
                         f"({name})")
-        routers[layer] = router
-    if not routers:
+        runners[layer] = module
+    if not runners:
         raise Error(f"{type(model).__name__}: no vLLM MoE layer with a BaseRouter "
                     "(monolithic MoE kernels route inside the kernel: not supported)")
-    return routers
+    return runners
+
+
+def find_routers(model: torch.nn.Module) -> dict:
+    """{decoder layer index: vLLM router} of find_moe_runners(model)."""
+    return {layer: runner.router for layer, runner in find_moe_runners(model).items()}
 
 
 def _layer_index(module) -> int:

@@ -1,0 +1,213 @@
+"""moestat.vllm.worker against vLLM 0.33.0's own worker machinery on the CPU: vLLM's
+WorkerWrapperBase mixes RecordingExtension into a worker class (its --worker-extension-cls
+path, conflict check included) and calls its init/destroy hooks; the worker loads
+vllm_stand_in_model.py's model (routers from vLLM's own router factory), warms it up, and runs
+steps. The dump must equal a numpy tally of the ids vLLM's routers returned in the steps after
+warm-up. Across two processes (gloo, vLLM's parallel state): data-parallel ranks' counts are
+summed, a tensor-parallel group's are taken once.
+
+Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
+"""
+import os
+
+import numpy as np
+import pytest
+
+import vllm_harness  # noqa: F401 - first: vLLM's modules, or a skip
+from vllm_harness import vllm_gloo_world  # noqa: F401 - a fixture, used by name
+
+import torch
+
+try:
+    from vllm.config import ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.v1.worker.worker_base import WorkerBase, WorkerWrapperBase
+    from vllm_stand_in_model import HIDDEN, NUM_EXPERTS, NUM_LAYERS, TOP_K, Model, tally
+except Exception as error:  # pragma: no cover - vLLM without its worker modules' imports
+    pytest.skip(f"vLLM's worker modules do not import: {error!r}", allow_module_level=True)
+
+import moestat
+from moestat.vllm import worker as moestat_worker
+
+EXTENSION = "moestat.vllm.worker.RecordingExtension"
+STEPS = [5, 1, 12]  # tokens per step after warm-up
+
+
+class StandInWorker(WorkerBase):
+    """What RecordingExtension uses of vLLM's GPU worker (gpu_worker.py): vllm_config,
+    load_model, compile_or_warm_up_model (one forward: vLLM's warm-up and graph captures),
+    get_model; step() stands for execute_model."""
+
+    def __init__(self, vllm_config, seed=0, **kwargs):
+        self.vllm_config = vllm_config
+        self.seed = seed
+        self.model = None
+
+    def init_device(self):
+        pass
+
+    def load_model(self):
+        self.model = Model(seed=self.seed)
+
+    def compile_or_warm_up_model(self):
+        with torch.no_grad():
+            self.model(torch.randn(8, HIDDEN))
+
+    def get_model(self):
+        return self.model
+
+    def step(self, tokens, generator):
+        with torch.no_grad():
+            self.model(torch.randn(tokens, HIDDEN, generator=generator))
+
+    def shutdown(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def model_config(tmp_path_factory):
+    """vLLM's ModelConfig of a small Qwen3-MoE config written to disk (no weights, no
+    tokenizer): the layer count RecordingExtension reads, and what vLLM's worker wrapper reads."""
+    from transformers import Qwen3MoeConfig
+
+    directory = tmp_path_factory.mktemp("qwen3-moe-config")
+    Qwen3MoeConfig(num_hidden_layers=NUM_LAYERS, num_experts=NUM_EXPERTS,
+                   num_experts_per_tok=TOP_K, hidden_size=HIDDEN, intermediate_size=16,
+                   moe_intermediate_size=8, num_attention_heads=2, num_key_value_heads=1,
+                   head_dim=4, vocab_size=64).save_pretrained(directory)
+    return ModelConfig(model=str(directory), skip_tokenizer_init=True)
+
+
+def wrapped_worker(model_config):
+    """A worker built as vLLM builds one: WorkerWrapperBase.init_worker with the extension."""
+    parallel_config = ParallelConfig(worker_cls=f"{__name__}.StandInWorker",
+                                     worker_extension_cls=EXTENSION)
+    config = VllmConfig(model_config=model_config, parallel_config=parallel_config)
+    wrapper = WorkerWrapperBase(rpc_rank=0)
+    wrapper.init_worker([{"vllm_config": config}])
+    wrapper.init_device()  # vLLM calls init_worker_extension here
+    assert isinstance(wrapper.worker, moestat_worker.RecordingExtension)
+    return wrapper
+
+
+def expected_after_warm_up(model, steps):
+    """[steps, layers, experts]: the tally of each step (call 0 was the warm-up)."""
+    return np.stack([tally(model, call + 1) for call in range(steps)])
+
+
+def test_with_the_variable_a_server_records_after_warm_up_and_dumps_at_shutdown(
+        vllm_gloo_world, model_config, tmp_path, monkeypatch):
+    monkeypatch.setenv(moestat_worker.ENV_RECORD_DIR, str(tmp_path / "routing"))
+    wrapper = wrapped_worker(model_config)
+    wrapper.load_model()                 # attaches, stopped
+    wrapper.compile_or_warm_up_model()   # not counted; starts recording afterwards
+    generator = torch.Generator().manual_seed(1)
+    for tokens in STEPS:
+        wrapper.step(tokens, generator)
+    wrapper.shutdown()                   # vLLM calls destroy_worker_extension here
+    dump = moestat.read_counts(str(tmp_path / "routing" / moestat_worker.DUMP_NAME))
+    expected = expected_after_warm_up(wrapper.get_model(), len(STEPS))
+    np.testing.assert_array_equal(dump["counts"], expected)
+    assert expected.sum() == sum(STEPS) * TOP_K * 3
+
+
+def test_collective_rpc_calls_start_stop_reset_and_dump(vllm_gloo_world, model_config, tmp_path):
+    wrapper = wrapped_worker(model_config)
+    wrapper.load_model()
+    with pytest.raises(moestat.Error, match="not recording"):
+        wrapper.moestat_dump(str(tmp_path / "early.json"))
+    wrapper.moestat_start()
+    with pytest.raises(moestat.Error, match="already recording"):
+        wrapper.moestat_attach()
+    generator = torch.Generator().manual_seed(2)
+    for tokens in STEPS:
+        wrapper.step(tokens, generator)
+    wrapper.moestat_stop()
+    wrapper.step(4, generator)           # stopped: not counted
+    model = wrapper.get_model()
+    expected = np.stack([tally(model, call) for call in range(len(STEPS))])
+    np.testing.assert_array_equal(wrapper.moestat_counts(), expected)
+    path = tmp_path / "out" / "routing.safetensors"
+    assert wrapper.moestat_dump(str(path)) == str(path)
+    np.testing.assert_array_equal(moestat.read_counts(str(path))["counts"], expected)
+    wrapper.moestat_reset()
+    assert wrapper.moestat_counts().shape[0] == 0
+    wrapper.moestat_detach()
+    assert all(moe.router.capture_fn is None for moe in model.moe().values())
+
+
+def test_a_window_that_is_not_a_number_of_passes_is_refused(vllm_gloo_world, model_config,
+                                                           tmp_path, monkeypatch):
+    monkeypatch.setenv(moestat_worker.ENV_RECORD_DIR, str(tmp_path))
+    monkeypatch.setenv(moestat_worker.ENV_RECORD_WINDOW, "ten")
+    wrapper = wrapped_worker(model_config)
+    with pytest.raises(moestat.Error, match="MOESTAT_VLLM_RECORD_WINDOW='ten'"):
+        wrapper.load_model()
+
+
+# --- two processes -------------------------------------------------------------------------
+
+class RankWorker(StandInWorker, moestat_worker.RecordingExtension):
+    """The class vLLM's wrapper makes (the extension appended to the worker's bases)."""
+
+
+# (name, tensor parallel size, whether the MoE layers dispatch naively: routing gathered tokens)
+SCENARIOS = (("data_parallel", 1, False), ("tensor_parallel", 2, False), ("gathered", 1, True))
+
+
+def run_rank(rank, world_size, store, out):
+    """One rank of each scenario. Ranks that route the same tokens (a tensor-parallel group;
+    every rank when routing gathers the group's tokens) seed alike; data-parallel ranks route
+    their own, and rank 1 one step fewer."""
+    from vllm.distributed import parallel_state
+    from vllm.distributed.parallel_state import get_ep_group
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    for name, tensor_parallel, gathered in SCENARIOS:
+        # external_launcher: vLLM takes world size and rank as given (one process per rank, as
+        # torchrun starts them) and builds its groups from the config's sizes
+        config = VllmConfig(parallel_config=ParallelConfig(
+            distributed_executor_backend="external_launcher", tensor_parallel_size=tensor_parallel,
+            data_parallel_size=world_size // tensor_parallel, enable_expert_parallel=True))
+        with set_current_vllm_config(config):
+            parallel_state.init_distributed_environment(
+                world_size, rank, f"file://{store}-{name}", rank, "gloo")
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=tensor_parallel, backend="gloo")
+            assert get_ep_group().world_size == world_size
+            worker = RankWorker(config)
+            worker.init_worker_extension()
+            worker.load_model()
+            for moe in worker.get_model().moe().values():
+                moe.do_naive_dispatch_combine = gathered  # as vLLM's MoERunner says
+            worker.moestat_start()
+            own_tokens = tensor_parallel == 1 and not gathered
+            generator = torch.Generator().manual_seed(10 + (rank if own_tokens else 0))
+            for tokens in STEPS if rank == 0 or not own_tokens else STEPS[:-1]:
+                worker.step(tokens, generator)
+            np.save(out / name / f"rank{rank}.npy", worker.moestat_counts())
+            worker.moestat_dump(str(out / name / "dump.json"))
+            parallel_state.destroy_model_parallel()
+            parallel_state.destroy_distributed_environment()
+
+
+def test_two_ranks_dump_every_token_once(tmp_path):
+    for name, _, _ in SCENARIOS:
+        (tmp_path / name).mkdir()
+    torch.multiprocessing.spawn(run_rank, args=(2, tmp_path / "store", tmp_path), nprocs=2)
+
+    def results(name):
+        ranks = [np.load(tmp_path / name / f"rank{r}.npy") for r in range(2)]
+        return ranks, moestat.read_counts(str(tmp_path / name / "dump.json"))["counts"]
+
+    # data parallel: the sum, the rank with fewer passes lined up with the last ones
+    (rank0, rank1), dump = results("data_parallel")
+    assert rank0.shape[0] == len(STEPS) and rank1.shape[0] == len(STEPS) - 1
+    assert rank1.sum() > 0 and not np.array_equal(rank0[:-1], rank1)
+    expected = rank0.copy()
+    expected[1:] += rank1
+    np.testing.assert_array_equal(dump, expected)
+    # tensor parallel, and routing of gathered tokens: both ranks routed the same tokens, once
+    for name in ("tensor_parallel", "gathered"):
+        (rank0, rank1), dump = results(name)
+        np.testing.assert_array_equal(rank0, rank1)
+        np.testing.assert_array_equal(dump, rank0)
