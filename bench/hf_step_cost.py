@@ -65,14 +65,18 @@ def parse_arguments():
                         help="also time the host side of the recording hooks, eager prefill")
     parser.add_argument("--json", help="also write the results here")
     arguments = parser.parse_args()
-    # The decode cache is rewound before each timed call (rewind()): one call's forwards
-    # must fit it.
+    refuse_more_forwards_than_the_cache(parser, arguments)
+    return arguments
+
+
+def refuse_more_forwards_than_the_cache(parser, arguments) -> None:
+    """Exits through parser.error unless the decode forwards between two rewinds of the cache
+    (rewind(): one variant's steps, each replaying --captures graphs) fit its --context."""
     forwards = max(arguments.steps, WARM_UP_STEPS) * arguments.captures
     if forwards > arguments.context:
         parser.error(f"--steps {arguments.steps} (at least {WARM_UP_STEPS}) times --captures "
                      f"{arguments.captures} is {forwards} decode forwards between rewinds of the "
                      f"cache, more than its --context {arguments.context} tokens")
-    return arguments
 
 
 def build_model(arguments):

@@ -54,7 +54,9 @@ def parse_arguments():
     parser.add_argument("--captures", type=int, default=2)
     parser.add_argument("--experts", default="grouped_mm")
     parser.add_argument("--json")
-    return parser.parse_args()
+    arguments = parser.parse_args()
+    hf_step_cost.refuse_more_forwards_than_the_cache(parser, arguments)
+    return arguments
 
 
 class KeptRouterIds:
@@ -202,7 +204,7 @@ def measure(model, batch, arguments):
     times = {variant: [] for variant in VARIANTS}
     for variant in VARIANTS:  # warm-up
         hf_step_cost.rewind(step)
-        hf_step_cost.milliseconds_per_step(run(variant), 3)
+        hf_step_cost.milliseconds_per_step(run(variant), hf_step_cost.WARM_UP_STEPS)
     for _ in range(arguments.rounds):
         for variant in VARIANTS:
             hf_step_cost.rewind(step)
