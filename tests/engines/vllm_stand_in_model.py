@@ -45,10 +45,9 @@ class MoeLayer(torch.nn.Module):
 
 
 class DecoderLayer(torch.nn.Module):
-    def __init__(self, index, eplb_state):
+    def __init__(self, index, router):
         super().__init__()
-        self.mlp = (MoeLayer(f"model.layers.{index}.mlp.experts",
-                             make_router(index, eplb_state))
+        self.mlp = (MoeLayer(f"model.layers.{index}.mlp.experts", router(index))
                     if index in MOE_LAYERS else torch.nn.Linear(HIDDEN, HIDDEN))
 
     def forward(self, hidden):
@@ -56,10 +55,15 @@ class DecoderLayer(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, eplb_state=None, seed=0):
+    """router(layer) builds each MoE layer's router (default: make_router with eplb_state)."""
+
+    def __init__(self, eplb_state=None, seed=0, router=None):
         super().__init__()
         torch.manual_seed(seed)
-        self.layers = torch.nn.ModuleList(DecoderLayer(i, eplb_state) for i in range(NUM_LAYERS))
+        if router is None:
+            def router(layer):
+                return make_router(layer, eplb_state)
+        self.layers = torch.nn.ModuleList(DecoderLayer(i, router) for i in range(NUM_LAYERS))
 
     def forward(self, hidden):
         for layer in self.layers:

@@ -10,7 +10,7 @@
 #     links and its build finds: libfmt-dev, libfmt9, nlohmann-json3-dev, libzip-dev, libzip4
 #     and its libraries, pkgconf. The package is built here without the report layer and the
 #     CLI (MOESTAT_BUILD_REPORT=OFF), so librsvg, Cairo and CLI11 are not needed.
-#   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own).
+#   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own); BENCH=0 skips it.
 #   TESTS: the pytest files to run (default: all four below); SANITIZE=0 skips the sanitizers.
 #   MOESTAT_SGLANG_WHEEL: an sglang 0.5.23 wheel (or a zip of its state_capturer and
 #     detokenizer files and dist-info), where the machine has no sglang installed.
@@ -24,16 +24,9 @@ status=0
 # shellcheck source=../device_deps.sh
 source "$(dirname "$0")/../device_deps.sh"
 
-echo "== build the Python package"
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON \
-  -DMOESTAT_BUILD_REPORT=OFF -DMOESTAT_BUILD_TESTS=OFF -DMOESTAT_BUILD_BENCH=OFF \
-  -DMOESTAT_WERROR=OFF -DMOESTAT_ENABLE_MPI=OFF -DPython_EXECUTABLE="$(command -v python3)" \
-  "${cmake_args[@]}" >"$out/build.log" 2>&1 &&
-  cmake --build build-device --target _core >>"$out/build.log" 2>&1
-if [[ $? -ne 0 ]]; then
-  tail -n 40 "$out/build.log"
-  exit 1
-fi
+# shellcheck source=../device_python.sh
+source "$(dirname "$0")/../device_python.sh"
+build_python_package "$out" || exit 1
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 echo "== GPU route tests"
@@ -41,11 +34,12 @@ echo "== GPU route tests"
 tail -n 3 "$out/gpu_tests.log"
 grep -E "^\[  FAILED" "$out/gpu_tests.log"
 
-export PYTHONPATH="$PWD/build-device/python:$PWD/tests/engines${PYTHONPATH:+:$PYTHONPATH}"
-echo "== capture cost on a decode step"
-(cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) 2>&1 |
-  tee "$out/routes_step_cost.log" | tail -n 12
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if [[ ${BENCH:-1} == 1 ]]; then
+  echo "== capture cost on a decode step"
+  (cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) \
+    2>&1 | tee "$out/routes_step_cost.log" | tail -n 12
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
 
 echo "== Python and engine tests on CUDA"
 tests=${TESTS:-tests/python/test_routes_cuda.py tests/engines/test_transformers_routes.py
@@ -57,7 +51,7 @@ python3 -m pytest -q -p no:cacheprovider -rs $tests 2>&1 | tee "$out/pytest.log"
 [[ ${SANITIZE:-1} == 1 ]] || exit $status
 for tool in memcheck racecheck; do
   compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin/moestat_gpu_route_tests" \
-    --gtest_filter='CudaRouteRecorder.EqualsTheCpuRecorderEagerly' >"$out/sanitizer.log" 2>&1
+    --gtest_filter='CudaRouteRecorder.EqualsTheCpuRecorderEagerly:CudaRouteRecorder.ALargeBatchAndAnAbortedPassEqualTheCpuRecorder' >"$out/sanitizer.log" 2>&1
   code=$?
   echo "compute-sanitizer $tool exit code: $code"
   cat "$out/sanitizer.log" >>"$out/sanitizers.log"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine: moestat.vllm's GPU tests (tests/engines/test_vllm_cuda.py) against
+# vLLM 0.33.0's own Python code, in a virtual environment over the machine's own torch,
+# transformers and triton.
+#
+# Usage: tests/engines/run_device_vllm.sh BUNDLE OUT_DIR [DEPS_PREFIX]
+#   BUNDLE: made by tests/engines/vllm_device_bundle.sh where PyPI is reachable (vLLM's
+#     sources and the CPython 3.12 wheels of what vLLM imports).
+#   DEPS_PREFIX: extracted Debian packages the Python package's build needs (see
+#     tests/routes/run_device_routes.sh).
+set -uo pipefail
+bundle=$(realpath "$1")
+out=$2
+deps=${3:-}
+mkdir -p "$out"
+
+# shellcheck source=../device_deps.sh
+source "$(dirname "$0")/../device_deps.sh"
+# shellcheck source=../device_python.sh
+source "$(dirname "$0")/../device_python.sh"
+build_python_package "$out" || exit 1
+
+echo "== vLLM 0.33.0 (Python sources) over the machine's torch"
+venv=${TMPDIR:-/tmp}/moestat-vllm-venv
+python3 -m venv --system-site-packages "$venv" &&
+  "$venv/bin/python" -m pip install -q --no-index --no-deps "$bundle"/wheels/*.whl &&
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+  tar -xJf "$bundle/vllm-0.33.0-py.tar.xz" -C "$site" || exit 1
+"$venv/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
+
+echo "== moestat.vllm GPU tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -rs tests/engines/test_vllm_cuda.py 2>&1 |
+  tee "$out/pytest.log" | tail -n 40
+exit "${PIPESTATUS[0]}"
