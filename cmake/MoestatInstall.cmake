@@ -6,9 +6,9 @@ include(CMakePackageConfigHelpers)
 
 set(MOESTAT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/moestat)
 
-# One export set per component, so that loading the package needs CUDA, NCCL, MPI or
-# cpp-httplib only when
-# the component that links it is asked for.
+# One export set per component, so that loading the package needs CUDA, NCCL or MPI only when
+# the component that links it is asked for (http needs nothing more, and stays a component so
+# that only a program serving metrics links the endpoint).
 install(TARGETS moestat moestat_core moestat_record_cpu moestat_io moestat_plan moestat_report
                 moestat_online moestat_dist moestat_routes
         EXPORT moestatTargets FILE_SET HEADERS)

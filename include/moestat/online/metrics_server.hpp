@@ -6,7 +6,8 @@
 //   // curl http://127.0.0.1:9400/metrics
 #pragma once
 
-#include <cstdint>
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <moestat/online/live_metrics.hpp>
@@ -19,15 +20,27 @@ struct MetricsServerOptions {
   std::string host = "127.0.0.1";
   /// TCP port; 0 picks a free one (see MetricsServer::port).
   int port = 0;
+  /// Connections open at once; one accepted beyond them is answered 503 and closed, so the
+  /// endpoint never holds more than this many descriptors of its host (plus the listening one).
+  int max_connections = 64;
+  /// Time from accepting a connection to closing it: the request must arrive and the answer be
+  /// taken within it, however the client paces its bytes. A scraper asks and reads at once.
+  std::chrono::milliseconds request_timeout{10'000};
+  /// Bytes of the request line and headers together; beyond them the answer is 431.
+  std::size_t max_header_bytes = 8192;
+  /// Header fields; beyond them the answer is 431.
+  std::size_t max_header_count = 100;
 };
 
 /// Serves GET (and HEAD) /metrics from a thread of its own until stop() or destruction. Every
-/// other path is 404; POST, PUT, PATCH, DELETE and OPTIONS are 405; a scrape whose text fails
-/// is a 500 with the message.
+/// other path is 404; every other method 405; a scrape whose text fails is a 500 with the
+/// message. Each connection carries one request (answered with `Connection: close`); the
+/// thread waits on all of them at once, so a slow or idle client never delays another's scrape.
 class MetricsServer {
  public:
   /// Serves `text()`, called once per scrape (from the server's thread).
-  /// moestat::Error naming the address when it cannot listen there.
+  /// moestat::Error naming the address when it cannot listen there, or the option that is
+  /// out of range.
   MetricsServer(std::function<std::string()> text, MetricsServerOptions options = {});
   /// Serves prometheus_text(metrics.update()); `metrics` must outlive the server.
   explicit MetricsServer(LiveMetrics& metrics, MetricsServerOptions options = {});
