@@ -34,7 +34,7 @@ USES = {
     "report": {"plan", "io"},
     # io for the atomic write of the metrics file.
     "online": {"core", "io"},
-    # The HTTP endpoint, apart so that only a program serving metrics links cpp-httplib.
+    # The HTTP endpoint, apart so that only a program serving metrics links it.
     "online_http": {"online"},
     # Per-request routes: io for their file (a safetensors container).
     "routes": {"core", "io"},

@@ -27,8 +27,8 @@ packages=(
   # report: SVG figures rendered to PNG in DejaVu Sans (the PNG test's reference image), and
   # the headless-browser render test
   librsvg2-dev libcairo2-dev fonts-dejavu-core chromium
-  # live metrics: the opt-in Prometheus endpoint, and the parser its scrape test reads with
-  libcpp-httplib-dev python3-prometheus-client
+  # live metrics: the parser the Prometheus endpoint's scrape test reads with
+  python3-prometheus-client
   # the MPI reducer (moestat_dist_mpi) and its three-rank test
   libopenmpi-dev openmpi-bin
   # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
