@@ -8,13 +8,14 @@
 #include <moestat/dist/mpi.hpp>
 #include <moestat/error.hpp>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
 namespace moestat::dist {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+/// Up to 5 ms between polls, so that ranks sharing cores leave each other the CPU.
+constexpr PollPauses kPauses{std::chrono::microseconds(20), std::chrono::milliseconds(5)};
 
 void check(int code, const char* call) {
   if (code == MPI_SUCCESS) return;
@@ -33,23 +34,6 @@ void abandon(std::shared_ptr<void> buffers) {
   static auto* abandoned = new std::vector<std::shared_ptr<void>>;
   const std::lock_guard lock(mutex);
   abandoned->push_back(std::move(buffers));
-}
-
-/// Calls `done` until it returns true or the deadline passes; whether it did. Sleeps between
-/// polls, up to 5 ms, so that ranks sharing cores leave each other the CPU.
-template <typename Done>
-bool poll_until(Clock::time_point deadline, Done done) {
-  std::chrono::microseconds pause(20);
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(5000));
-  }
-}
-
-std::string seconds_text(Clock::duration duration) {
-  return fmt::format("{:.3g} s", std::chrono::duration<double>(duration).count());
 }
 
 /// "2", "2 and 5", "2, 5 and 7", at most 16 ranks named.
@@ -95,14 +79,14 @@ struct GatherBuffers {
 
 }  // namespace
 
-MpiCollective::MpiCollective(MPI_Comm communicator) : communicator_(communicator) {
+MpiCollective::MpiCollective(MPI_Comm communicator)
+    : communicator_(communicator), deadline_(kPauses) {
   check(MPI_Comm_rank(communicator_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(communicator_, &size_), "MPI_Comm_size");
 }
 
-void MpiCollective::start_reduction(Clock::time_point deadline) {
-  deadline_ = deadline;
-  timeout_ = deadline - Clock::now();
+void MpiCollective::start_reduction(std::chrono::steady_clock::time_point deadline) {
+  deadline_.start(deadline);
   auto arrival = std::make_shared<Arrival>();
   arrival->sent = rank_;
   for (int peer = 0; peer < size_; ++peer) {
@@ -120,7 +104,7 @@ void MpiCollective::start_reduction(Clock::time_point deadline) {
                     &arrival->sends[i]),
           "MPI_Isend");
   }
-  if (poll_until(deadline, [&] {
+  if (deadline_.poll([&] {
         return all_done(arrival->receives, "MPI_Test") && all_done(arrival->sends, "MPI_Test");
       })) {
     return;
@@ -140,31 +124,30 @@ void MpiCollective::start_reduction(Clock::time_point deadline) {
   MOESTAT_CHECK(!missing.empty(),
                 "allreduce_snapshot: rank {} could not deliver its arrival to every rank within "
                 "{}; this communicator cannot be used for another reduction",
-                rank_, seconds_text(timeout_));
+                rank_, deadline_.timeout_text());
   MOESTAT_FAIL(
       "allreduce_snapshot: rank {} did not arrive at the reduction within {} (rank {} waited); "
       "a rank that exited, crashed or is stuck elsewhere; this communicator cannot be used for "
       "another reduction",
-      rank_list(missing), seconds_text(timeout_), rank_);
+      rank_list(missing), deadline_.timeout_text(), rank_);
 }
 
 void MpiCollective::wait(MPI_Request& request, const char* call,
                          const std::shared_ptr<void>& buffers) {
-  if (!deadline_) {
+  if (!deadline_.active()) {
     check(MPI_Wait(&request, MPI_STATUS_IGNORE), call);
     return;
   }
-  const bool done = poll_until(*deadline_, [&] {
+  const bool done = deadline_.poll([&] {
     int flag = 0;
     check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), call);
     return flag != 0;
   });
   if (done) return;
   abandon(buffers);
-  MOESTAT_FAIL(
-      "allreduce_snapshot: {} did not complete within {} on rank {}: every rank arrived, but "
-      "one stopped taking part; this communicator cannot be used for another reduction",
-      call, seconds_text(timeout_), rank_);
+  deadline_.fail_incomplete(call, rank_,
+                            "every rank arrived, but one stopped taking part; this "
+                            "communicator cannot be used for another reduction");
 }
 
 template <typename T>

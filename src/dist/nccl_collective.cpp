@@ -2,12 +2,9 @@
 // (which needs equal lengths, so a gather sends its lengths first and pads to the longest).
 // Within a reduction with a deadline, every wait polls (the NCCL call's state, the stream)
 // and the communicator is aborted at the deadline, since NCCL has no timeout of its own.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <moestat/dist/nccl.hpp>
 #include <moestat/error.hpp>
-#include <thread>
 #include <type_traits>
 
 #include "cuda_check.hpp"
@@ -16,6 +13,10 @@ namespace moestat::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// Up to 1 ms between polls: a reduction is outside the forward pass, and the GPU does the
+/// work.
+constexpr PollPauses kPauses{std::chrono::microseconds(10), std::chrono::milliseconds(1)};
 
 void check(ncclResult_t result, const char* call) {
   MOESTAT_CHECK(result == ncclSuccess, "{} failed: {}", call, ncclGetErrorString(result));
@@ -65,27 +66,10 @@ constexpr ncclDataType_t nccl_type() {
   if constexpr (std::is_same_v<T, double>) return ncclFloat64;
 }
 
-/// Calls `done` until it returns true or the deadline passes; whether it did. Sleeps between
-/// polls, up to 1 ms: a reduction is outside the forward pass, and the GPU does the work.
-template <typename Done>
-bool poll_until(Clock::time_point deadline, Done done) {
-  std::chrono::microseconds pause(10);
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-}
-
-std::string seconds_text(Clock::duration duration) {
-  return fmt::format("{:.3g} s", std::chrono::duration<double>(duration).count());
-}
-
 /// Polls a non-blocking communicator until its pending call has left ncclInProgress; false
 /// at the deadline. Any other error throws, naming `call`.
 bool settle(ncclComm_t communicator, Clock::time_point deadline, const char* call) {
-  return poll_until(deadline, [&] {
+  return poll_until(deadline, kPauses, [&] {
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(communicator, &state), "ncclCommGetAsyncError");
     if (state == ncclInProgress) return false;
@@ -114,7 +98,7 @@ ncclComm_t make_nonblocking_communicator(const ncclUniqueId& id, int num_ranks, 
 }
 
 NcclCollective::NcclCollective(ncclComm_t communicator, cudaStream_t stream)
-    : communicator_(communicator), stream_(stream) {
+    : communicator_(communicator), stream_(stream), deadline_(kPauses) {
   check(ncclCommUserRank(communicator_, &rank_), "ncclCommUserRank");
   check(ncclCommCount(communicator_, &size_), "ncclCommCount");
 }
@@ -122,32 +106,30 @@ NcclCollective::NcclCollective(ncclComm_t communicator, cudaStream_t stream)
 void NcclCollective::start_reduction(Clock::time_point deadline) {
   MOESTAT_CHECK(!aborted_,
                 "allreduce_snapshot: this NCCL communicator was aborted at an earlier deadline");
-  deadline_ = deadline;
-  timeout_ = deadline - Clock::now();
+  deadline_.start(deadline);
 }
 
 void NcclCollective::abort(const char* call) {
   // NOTE: abort, not destroy: destroy waits for the operations in flight, which may never end.
   ncclCommAbort(communicator_);
   aborted_ = true;
-  MOESTAT_FAIL(
-      "allreduce_snapshot: {} did not complete within {} on rank {}: a rank did not arrive or "
-      "stopped taking part (NCCL cannot say which); the communicator was aborted "
-      "(ncclCommAbort) and must not be used or destroyed",
-      call, seconds_text(timeout_), rank_);
+  deadline_.fail_incomplete(call, rank_,
+                            "a rank did not arrive or stopped taking part (NCCL cannot say "
+                            "which); the communicator was aborted (ncclCommAbort) and must "
+                            "not be used or destroyed");
 }
 
 void NcclCollective::complete(ncclResult_t result, const char* call) {
-  if (!deadline_) {
+  if (!deadline_.active()) {
     check(result, call);
     MOESTAT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
   if (result != ncclInProgress) check(result, call);
-  if (!settle(communicator_, *deadline_, call)) abort(call);
+  if (!settle(communicator_, deadline_.when(), call)) abort(call);
   // The collective is enqueued; it ends when every rank's part has run. A remote rank's
   // failure shows as an asynchronous error of the communicator, so both are polled.
-  const bool done = poll_until(*deadline_, [&] {
+  const bool done = deadline_.poll([&] {
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(communicator_, &state), "ncclCommGetAsyncError");
     if (state != ncclInProgress) check(state, call);

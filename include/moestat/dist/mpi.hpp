@@ -6,8 +6,7 @@
 
 #include <memory>
 #include <moestat/dist/collective.hpp>
-#include <optional>
-#include <string>
+#include <moestat/dist/reduction_deadline.hpp>
 
 namespace moestat::dist {
 
@@ -28,7 +27,7 @@ class MpiCollective final : public Collective {
   static constexpr int kArrivalTag = 0x6d73;
 
   void start_reduction(std::chrono::steady_clock::time_point deadline) override;
-  void end_reduction() override { deadline_.reset(); }
+  void end_reduction() override { deadline_.end(); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void sum(std::span<std::int64_t> values) override;
@@ -47,8 +46,7 @@ class MpiCollective final : public Collective {
   std::vector<T> gather_all(std::span<const T> local, MPI_Datatype type);
 
   MPI_Comm communicator_;
-  std::optional<std::chrono::steady_clock::time_point> deadline_;
-  std::chrono::steady_clock::duration timeout_{};  // of the current reduction, for messages
+  ReductionDeadline deadline_;
   int rank_ = 0;
   int size_ = 1;
 };

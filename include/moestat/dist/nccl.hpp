@@ -7,7 +7,7 @@
 
 #include <chrono>
 #include <moestat/dist/collective.hpp>
-#include <optional>
+#include <moestat/dist/reduction_deadline.hpp>
 
 namespace moestat::dist {
 
@@ -36,7 +36,7 @@ class NcclCollective final : public Collective {
   NcclCollective(ncclComm_t communicator, cudaStream_t stream);
 
   void start_reduction(std::chrono::steady_clock::time_point deadline) override;
-  void end_reduction() override { deadline_.reset(); }
+  void end_reduction() override { deadline_.end(); }
   /// Whether a deadline passed and the communicator was aborted.
   bool aborted() const { return aborted_; }
 
@@ -63,8 +63,7 @@ class NcclCollective final : public Collective {
 
   ncclComm_t communicator_;
   cudaStream_t stream_;
-  std::optional<std::chrono::steady_clock::time_point> deadline_;
-  std::chrono::steady_clock::duration timeout_{};
+  ReductionDeadline deadline_;
   bool aborted_ = false;
   int rank_ = 0;
   int size_ = 1;
