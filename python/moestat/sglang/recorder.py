@@ -120,6 +120,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
 
     def __init__(self, expert_location_metadata, rank: int, config: RecorderConfig):
         self._metadata = expert_location_metadata
+        self._num_layers = expert_location_metadata.num_layers  # the recorder's, fixed
         self._config = config
         source_type = sources.count_source_type(config)
         self._device = devices.make_device(config, expert_location_metadata,
@@ -264,47 +265,41 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         ``layer_idx`` into (SGLang's fused dispatch-map kernel), or None when not recording."""
         if not (self._pass_recorded and self._recording and self._source.fills_count_buffers):
             return None
-        if not _is_layer_index(layer_idx) or not 0 <= layer_idx < self._metadata.num_layers:
+        if not _is_layer_index(layer_idx) or not 0 <= layer_idx < self._num_layers:
             self._fault("get_current_pass_count_buffer",
-                        f"layer {layer_idx!r} is not in [0, {self._metadata.num_layers})")
+                        f"layer {layer_idx!r} is not in [0, {self._num_layers})")
             return None
         return self._device.count_buffer(layer_idx)
 
     def _run_hook(self, hook, count, *arguments):
-        """``count(layer, *arguments)`` when the source counts this hook (``count`` is not
-        None; otherwise another hook counts these tokens) and the call is recorded."""
-        if count is None:
+        """``count(layer, *arguments)`` into the hook's layer, when the source counts this
+        hook (``count`` is not None; otherwise another hook counts these tokens) and the call
+        is recorded. One frame for every check: this is the per-layer host time."""
+        if count is None or self._disabled:
             return
-        layer = self._hook_layer(hook)
-        if layer is None:
-            return
-        try:
-            count(layer, *arguments)
-        except Exception as error:  # noqa: BLE001
-            self._fault(hook, error)
-
-    def _hook_layer(self, hook):
-        """The layer a hook records into, or None when the hook is not recorded."""
-        if self._disabled:
-            return None
         if not (self._pass_recorded and self._recording or self._device.is_capturing()):
-            return None  # not recording, or outside a pass: SGLang drops these too
+            return  # not recording, or outside a pass: SGLang drops these too
         layer = self._layers[-1] if self._layers else None
         if layer is None:
             self._fault(f"{hook}_without_layer",
                         f"{hook} outside with_current_layer: the layer is unknown, so nothing "
                         "is recorded (never into layer 0)")
-            return None
-        if not _is_layer_index(layer):
-            self._fault(f"{hook}_layer_not_an_index",
-                        f"{hook}: layer {layer!r} is not an integer layer index")
-            return None
-        if not 0 <= layer < self._metadata.num_layers:
+            return
+        if type(layer) is not int:  # a numpy integer, or no index at all
+            if not _is_layer_index(layer):
+                self._fault(f"{hook}_layer_not_an_index",
+                            f"{hook}: layer {layer!r} is not an integer layer index")
+                return
+            layer = int(layer)
+        if not 0 <= layer < self._num_layers:
             self._fault(f"{hook}_layer_out_of_range",
-                        f"{hook}: layer {layer!r} is not in [0, {self._metadata.num_layers})")
-            return None
-        self._device.use_current_stream()
-        return int(layer)
+                        f"{hook}: layer {layer!r} is not in [0, {self._num_layers})")
+            return
+        try:
+            self._device.use_current_stream()
+            count(layer, *arguments)
+        except Exception as error:  # noqa: BLE001
+            self._fault(hook, error)
 
     # ---- control ----
 

@@ -90,7 +90,9 @@ class SelectExperts(CountSource):
     tokens_are_replicated = True
 
     def select_experts(self, layer, topk_ids):
-        self._recorder.record_topk(layer, _capsule(topk_ids))
+        # _capsule inline: this runs in every MoE layer of every pass.
+        self._recorder.record_topk(
+            layer, to_dlpack(topk_ids) if isinstance(topk_ids, torch.Tensor) else topk_ids)
 
 
 class DeepepLowLatency(CountSource):
