@@ -36,12 +36,10 @@ struct CountWindow {
   /// (then `counts` is empty instead).
   std::vector<double> fractional_counts{};
 
-  // What the source says about each pass, [W] each; empty where it does not say (SGLang's
-  // stat dumps and JSON files keep no pass metadata). Every array has an initialiser, so a
-  // designated initialiser may leave out what it does not know.
-  std::vector<std::int64_t> pass_ids{};             ///< the id given to begin_pass.
-  std::vector<std::uint64_t> placement_versions{};  ///< placement in force for the pass.
-  std::vector<std::int64_t> pass_num_tokens{};      ///< most valid tokens one layer got.
+  /// What the source says about each pass, [W] each; arrays empty where it does not say
+  /// (SGLang's stat dumps and JSON files keep no pass metadata). A member, not a base as in
+  /// the recorder's views, so that a designated initialiser may leave it out.
+  PassRows pass_rows{};
 
   bool is_fractional() const noexcept { return !fractional_counts.empty(); }
   /// L x E, the size of one pass.

@@ -17,9 +17,9 @@
 namespace moestat {
 
 /// The passes that reached a recorder's pass window from a given arrival on (as in
-/// PassesSince: the same arrivals, generation and tallies), each reduced to its GPU loads and
-/// balancedness, with their logical counts summed. Physical slot p is on GPU p / (P / G).
-struct GpuLoadsSince {
+/// PassesSince: the same arrivals, generation, rows and tallies), each reduced to its GPU loads
+/// and balancedness, with their logical counts summed. Physical slot p is on GPU p / (P / G).
+struct GpuLoadsSince : PassRows, RecordTallies {
   std::int64_t num_layers = 0;           ///< L
   std::int64_t num_logical_experts = 0;  ///< E
   std::int64_t num_gpus = 0;             ///< G
@@ -28,9 +28,6 @@ struct GpuLoadsSince {
   std::int64_t first_arrival = 0;  ///< As PassesSince::first_arrival.
   std::int64_t missed_passes = 0;  ///< As PassesSince::missed_passes.
 
-  std::vector<std::int64_t> pass_ids;             ///< [n]
-  std::vector<std::uint64_t> placement_versions;  ///< [n]
-  std::vector<std::int64_t> pass_num_tokens;      ///< [n]
   /// [n, L, G] gpu_loads[(i * L + l) * G + g] means the token assignments of pass i's layer l
   /// to the slots on GPU g.
   std::vector<std::int64_t> gpu_loads;
@@ -39,10 +36,6 @@ struct GpuLoadsSince {
   /// [L, E] logical counts summed over the n passes (each pass under the placement in force
   /// for it); zeros when n is 0.
   std::vector<std::int64_t> logical_totals;
-
-  std::int64_t num_passes = 0;      ///< As Snapshot::num_passes.
-  std::int64_t dropped_ids = 0;     ///< As Snapshot::dropped_ids.
-  std::int64_t dropped_passes = 0;  ///< As Snapshot::dropped_passes.
 
   /// Passes read (n).
   std::int64_t size() const noexcept { return std::int64_t(pass_ids.size()); }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <moestat/pass_rows.hpp>
 #include <moestat/record_mode.hpp>
 #include <span>
 #include <vector>
@@ -12,7 +13,9 @@ namespace moestat {
 /// Arrays are row-major `std::vector`s; the comment on each field gives its shape.
 /// Logical ids are derived from physical ones with the placement in force when each pass
 /// was recorded (`placement_versions`), never with whatever placement is current.
-struct Snapshot {
+/// Pass-based modes (stat, stat_approx, per_pass) keep one row per pass, oldest first: the
+/// W entries of PassRows and the counts below. The tallies (RecordTallies) cover every mode.
+struct Snapshot : PassRows, RecordTallies {
   RecordMode mode = RecordMode::kStat;
   bool approximate = false;  ///< true for stat_approx (DeepEP normal counts may be padded).
   std::int64_t num_layers = 0;
@@ -20,12 +23,9 @@ struct Snapshot {
   std::int64_t num_physical_experts = 0;
   std::int64_t top_k = 0;
 
-  // Pass-based modes (stat, stat_approx, per_pass): one row per pass, oldest first.
-  std::vector<std::int64_t> pass_ids;             ///< [W] the id given to begin_pass.
-  std::vector<std::uint64_t> placement_versions;  ///< [W] placement in force for the pass.
-  std::vector<std::int64_t> pass_num_tokens;      ///< [W] most valid tokens one layer got.
-  std::vector<std::int64_t> logical_counts;       ///< [W, L, E] token assignments.
-  std::vector<std::int64_t> physical_counts;      ///< [W, L, P] token assignments.
+  // Pass-based modes: the counts of the W passes of PassRows.
+  std::vector<std::int64_t> logical_counts;   ///< [W, L, E] token assignments.
+  std::vector<std::int64_t> physical_counts;  ///< [W, L, P] token assignments.
 
   // Decayed mode: load = decay * load + pass_count after every recorded pass.
   std::vector<double> decayed_logical_load;   ///< [L, E]
@@ -38,13 +38,6 @@ struct Snapshot {
   /// the entry was padding, or the id was out of range (and tallied in dropped_ids).
   std::vector<std::int32_t> token_physical_ids;
   std::vector<std::int32_t> token_logical_ids;  ///< [N, L, top_k], -1 as above.
-
-  std::int64_t num_passes = 0;      ///< Passes recorded since start(), window or not.
-  std::int64_t dropped_ids = 0;     ///< Ids outside [0, P) (other than -1) seen and ignored.
-  std::int64_t dropped_tokens = 0;  ///< Per-token mode: tokens that did not fit the ring.
-  /// CUDA per_pass mode and unbounded windows: passes lost because the host collector fell
-  /// more than a device ring behind. Always 0 on the CPU backend.
-  std::int64_t dropped_passes = 0;
 
   /// Rows of the pass window (W).
   std::int64_t window_size() const noexcept { return std::int64_t(pass_ids.size()); }
@@ -65,8 +58,9 @@ struct Snapshot {
 /// that follows a running recorder (Recorder::passes_since) at a cost proportional to the new
 /// passes. Passes are numbered by their arrival in the window, from 0 after each start() or
 /// reset() (a pass the recorder dropped, Snapshot::dropped_passes, never arrived). The rows
-/// are those of snapshot() for the same arrivals; shapes as in Snapshot, with n rows.
-struct PassesSince {
+/// are those of snapshot() for the same arrivals; shapes as in Snapshot, with n rows; the
+/// tallies as Snapshot's.
+struct PassesSince : PassRows, RecordTallies {
   std::int64_t num_layers = 0;
   std::int64_t num_logical_experts = 0;
   std::int64_t num_physical_experts = 0;
@@ -80,15 +74,8 @@ struct PassesSince {
   /// before this read: first_arrival minus that arrival.
   std::int64_t missed_passes = 0;
 
-  std::vector<std::int64_t> pass_ids;             ///< [n]
-  std::vector<std::uint64_t> placement_versions;  ///< [n]
-  std::vector<std::int64_t> pass_num_tokens;      ///< [n]
-  std::vector<std::int64_t> logical_counts;       ///< [n, L, E]
-  std::vector<std::int64_t> physical_counts;      ///< [n, L, P]
-
-  std::int64_t num_passes = 0;      ///< As Snapshot::num_passes.
-  std::int64_t dropped_ids = 0;     ///< As Snapshot::dropped_ids.
-  std::int64_t dropped_passes = 0;  ///< As Snapshot::dropped_passes.
+  std::vector<std::int64_t> logical_counts;   ///< [n, L, E]
+  std::vector<std::int64_t> physical_counts;  ///< [n, L, P]
 
   /// Rows read (n).
   std::int64_t size() const noexcept { return std::int64_t(pass_ids.size()); }

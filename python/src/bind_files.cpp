@@ -89,9 +89,9 @@ void bind_files(nb::module_& module) {
         nb::dict out;
         out["has_window_axis"] = counts.has_window_axis;
         out["counts"] = counts_array(counts);
-        out["pass_ids"] = per_pass(counts.pass_ids);
-        out["placement_versions"] = per_pass(counts.placement_versions);
-        out["pass_num_tokens"] = per_pass(counts.pass_num_tokens);
+        out["pass_ids"] = per_pass(counts.pass_rows.pass_ids);
+        out["placement_versions"] = per_pass(counts.pass_rows.placement_versions);
+        out["pass_num_tokens"] = per_pass(counts.pass_rows.pass_num_tokens);
         return out;
       },
       "path"_a.none(), "fractions"_a.none() = false,

@@ -16,6 +16,7 @@ std::string position(const CountWindow& window, std::size_t flat) {
   return fmt::format("[{}][{}][{}]", index / window.pass_size(), layer, expert);
 }
 
+/// Passes [first, end) of [W, L, E] `values`, `width` = L x E entries each.
 template <typename T>
 std::vector<T> slice(const std::vector<T>& values, std::int64_t width, std::int64_t first,
                      std::int64_t end) {
@@ -48,9 +49,7 @@ CountWindow CountWindow::passes(std::int64_t first, std::int64_t end) const {
   out.has_window_axis = has_window_axis;
   out.counts = slice(counts, pass_size(), first, end);
   out.fractional_counts = slice(fractional_counts, pass_size(), first, end);
-  out.pass_ids = slice(pass_ids, 1, first, end);
-  out.placement_versions = slice(placement_versions, 1, first, end);
-  out.pass_num_tokens = slice(pass_num_tokens, 1, first, end);
+  out.pass_rows = pass_rows.slice(first, end);
   return out;
 }
 
@@ -78,9 +77,9 @@ void CountWindow::validate(std::string_view name) const {
     MOESTAT_CHECK(size == 0 || std::int64_t(size) == window_size,
                   "{} has {} entries, expected one per pass ({})", field, size, window_size);
   };
-  per_pass(pass_ids.size(), "pass_ids");
-  per_pass(placement_versions.size(), "placement_versions");
-  per_pass(pass_num_tokens.size(), "pass_num_tokens");
+  per_pass(pass_rows.pass_ids.size(), "pass_ids");
+  per_pass(pass_rows.placement_versions.size(), "placement_versions");
+  per_pass(pass_rows.pass_num_tokens.size(), "pass_num_tokens");
 }
 
 void CountWindow::require_whole_counts(std::string_view name) const {
@@ -106,9 +105,7 @@ CountWindow count_window_of(const Snapshot& snapshot) {
           .has_window_axis = true,
           .counts = snapshot.logical_counts,
           .fractional_counts = {},
-          .pass_ids = snapshot.pass_ids,
-          .placement_versions = snapshot.placement_versions,
-          .pass_num_tokens = snapshot.pass_num_tokens};
+          .pass_rows = snapshot.pass_rows()};
 }
 
 }  // namespace moestat

@@ -52,12 +52,8 @@ GpuLoadsSince gpu_loads_of(const PassesSince& passes, std::int64_t num_gpus) {
   out.generation = passes.generation;
   out.first_arrival = passes.first_arrival;
   out.missed_passes = passes.missed_passes;
-  out.pass_ids = passes.pass_ids;
-  out.placement_versions = passes.placement_versions;
-  out.pass_num_tokens = passes.pass_num_tokens;
-  out.num_passes = passes.num_passes;
-  out.dropped_ids = passes.dropped_ids;
-  out.dropped_passes = passes.dropped_passes;
+  out.pass_rows() = passes.pass_rows();
+  out.tallies() = passes.tallies();
 
   const std::int64_t pass_loads = num_layers * num_gpus;
   out.gpu_loads.assign(std::size_t(passes.size() * pass_loads), 0);

@@ -31,8 +31,8 @@ PassAccumulator::PassAccumulator(const ModelTopology& topology, const RecorderOp
 }
 
 void PassAccumulator::commit(const PassRecord& pass) {
-  ++num_passes_;
-  dropped_ids_ += pass.dropped_ids;
+  ++tallies_.num_passes;
+  tallies_.dropped_ids += pass.dropped_ids;
   switch (mode_) {
     case RecordMode::kStat:
     case RecordMode::kStatApprox:
@@ -96,7 +96,7 @@ void PassAccumulator::commit_decayed(const PassRecord& pass) {
 void PassAccumulator::commit_tokens(const PassRecord& pass) {
   const std::int64_t kept = std::int64_t(token_pass_ids_.size());
   const std::int64_t fit = std::min(pass.num_trace_tokens, token_capacity_ - kept);
-  dropped_tokens_ += pass.num_trace_tokens - fit;
+  tallies_.dropped_tokens += pass.num_trace_tokens - fit;
   const std::size_t token_size = std::size_t(num_layers_ * top_k_);
   token_ids_.insert(token_ids_.end(), pass.trace_ids.begin(),
                     pass.trace_ids.begin() + std::ptrdiff_t(std::size_t(fit) * token_size));
@@ -115,9 +115,7 @@ void PassAccumulator::clear() {
   token_ids_.clear();
   token_pass_ids_.clear();
   token_versions_.clear();
-  num_passes_ = 0;
-  dropped_ids_ = 0;
-  dropped_tokens_ = 0;
+  tallies_ = {};
   ++generation_;
   forget_unreferenced_placements();
 }
@@ -146,9 +144,7 @@ void PassAccumulator::copy_window_rows(std::int64_t first, std::int64_t count, R
   out.logical_counts.assign(std::size_t(count * logical_size), 0);
   for (std::int64_t i = 0; i < count; ++i) {
     const auto row = std::size_t(window_row(first + i));
-    out.pass_ids.push_back(window_pass_ids_[row]);
-    out.pass_num_tokens.push_back(window_num_tokens_[row]);
-    out.placement_versions.push_back(window_versions_[row]);
+    out.push_back(window_pass_ids_[row], window_versions_[row], window_num_tokens_[row]);
     const std::int64_t* in = window_counts_.data() + std::int64_t(row) * physical_size;
     std::copy(in, in + physical_size, out.physical_counts.begin() + i * physical_size);
     add_logical_counts(placement(window_versions_[row]), in,
@@ -164,9 +160,7 @@ Snapshot PassAccumulator::snapshot() const {
   out.num_logical_experts = num_logical_;
   out.num_physical_experts = num_physical_;
   out.top_k = top_k_;
-  out.num_passes = num_passes_;
-  out.dropped_ids = dropped_ids_;
-  out.dropped_tokens = dropped_tokens_;
+  out.tallies() = tallies_;
 
   copy_window_rows(0, std::int64_t(window_pass_ids_.size()), out);
 
@@ -197,22 +191,21 @@ PassesSince PassAccumulator::passes_since(std::uint64_t generation,
                 "per_pass), not {}",
                 record_mode_name(mode_));
   const std::int64_t wanted = generation == generation_ ? first_arrival : 0;
-  MOESTAT_CHECK(wanted >= 0 && wanted <= num_passes_,
+  MOESTAT_CHECK(wanted >= 0 && wanted <= tallies_.num_passes,
                 "passes_since: arrival {} is outside the {} passes that reached the window",
-                first_arrival, num_passes_);
+                first_arrival, tallies_.num_passes);
   PassesSince out;
   out.num_layers = num_layers_;
   out.num_logical_experts = num_logical_;
   out.num_physical_experts = num_physical_;
   out.generation = generation_;
-  out.num_passes = num_passes_;
-  out.dropped_ids = dropped_ids_;
+  out.tallies() = tallies_;
 
-  // Every committed pass reached the window: the rows hold arrivals [first_kept, num_passes_).
-  const std::int64_t first_kept = num_passes_ - std::int64_t(window_pass_ids_.size());
+  // Every committed pass reached the window: the rows hold arrivals [first_kept, num_passes).
+  const std::int64_t first_kept = tallies_.num_passes - std::int64_t(window_pass_ids_.size());
   out.first_arrival = std::max(wanted, first_kept);
   out.missed_passes = out.first_arrival - wanted;
-  copy_window_rows(out.first_arrival - first_kept, num_passes_ - out.first_arrival, out);
+  copy_window_rows(out.first_arrival - first_kept, tallies_.num_passes - out.first_arrival, out);
   return out;
 }
 

@@ -109,11 +109,11 @@ StatisticsFile counts_from_tensors(const NamedTensors& tensors, const ReadOption
   const TensorForm& form = *std::find_if(kForms.begin(), kForms.end(),
                                          [&](const TensorForm& f) { return f.name == name; });
   CountWindow out = counts_from_tensor(*tensor, name, form, options.fractions);
-  out.pass_ids = pass_field(tensors, kPassIds);
+  out.pass_rows.pass_ids = pass_field(tensors, kPassIds);
   // Versions are uint64: their bits, as window_tensors wrote them.
   const std::vector<std::int64_t> versions = pass_field(tensors, kPlacementVersions);
-  out.placement_versions.assign(versions.begin(), versions.end());
-  out.pass_num_tokens = pass_field(tensors, kPassNumTokens);
+  out.pass_rows.placement_versions.assign(versions.begin(), versions.end());
+  out.pass_rows.pass_num_tokens = pass_field(tensors, kPassNumTokens);
   out.validate(name);
   return out;
 }
@@ -144,11 +144,12 @@ HostTensor count_tensor(std::vector<std::int64_t> shape, std::span<const std::in
 NamedTensors window_tensors(const CountWindow& counts) {
   NamedTensors out;
   out.tensors.emplace_back(kTensorName, logical_count_tensor(counts));
-  add_pass_field(out, kPassIds, counts.pass_ids);
-  const std::vector<std::int64_t> versions(counts.placement_versions.begin(),
-                                           counts.placement_versions.end());
+  const PassRows& passes = counts.pass_rows;
+  add_pass_field(out, kPassIds, passes.pass_ids);
+  const std::vector<std::int64_t> versions(passes.placement_versions.begin(),
+                                           passes.placement_versions.end());
   add_pass_field(out, kPlacementVersions, versions);
-  add_pass_field(out, kPassNumTokens, counts.pass_num_tokens);
+  add_pass_field(out, kPassNumTokens, passes.pass_num_tokens);
   return out;
 }
 

@@ -33,7 +33,7 @@ CountWindow detail::counts_of_records(const PtValue& dump) {
   for (std::size_t pass = 0; pass < records.size(); ++pass) {
     if (const PtValue* id = records[pass].find("forward_pass_id");
         id != nullptr && id->kind() == PtValue::Kind::kInt) {
-      out.pass_ids.push_back(id->as_int());
+      out.pass_rows.pass_ids.push_back(id->as_int());
     }
     const HostTensor& physical = records[pass].at("global_physical_count").tensor();
     const std::string name = fmt::format("records[{}].global_physical_count", pass);
@@ -53,7 +53,8 @@ CountWindow detail::counts_of_records(const PtValue& dump) {
       }
     }
   }
-  if (out.pass_ids.size() != records.size()) out.pass_ids.clear();  // some record had no id
+  // Some record had no id.
+  if (out.pass_rows.pass_ids.size() != records.size()) out.pass_rows.pass_ids.clear();
   return out;
 }
 

@@ -72,9 +72,7 @@ CountWindow selected(const CountWindow& window, std::span<const std::int64_t> pa
     ++out.window_size;
     append(out.counts, one.counts);
     append(out.fractional_counts, one.fractional_counts);
-    append(out.pass_ids, one.pass_ids);
-    append(out.placement_versions, one.placement_versions);
-    append(out.pass_num_tokens, one.pass_num_tokens);
+    out.pass_rows.append(one.pass_rows);
   }
   return out;
 }

@@ -289,9 +289,9 @@ TEST(CountWindowOf, TakesTheSnapshotWindowAndWhatItSaysOfEachPass) {
   snapshot.logical_counts = {1, 2, 3, 4};
   const CountWindow counts = count_window_of(snapshot);
   EXPECT_TRUE(counts.has_window_axis);
-  EXPECT_EQ(counts.pass_ids, snapshot.pass_ids);
-  EXPECT_EQ(counts.placement_versions, snapshot.placement_versions);
-  EXPECT_EQ(counts.pass_num_tokens, snapshot.pass_num_tokens);
+  EXPECT_EQ(counts.pass_rows.pass_ids, snapshot.pass_ids);
+  EXPECT_EQ(counts.pass_rows.placement_versions, snapshot.placement_versions);
+  EXPECT_EQ(counts.pass_rows.pass_num_tokens, snapshot.pass_num_tokens);
   EXPECT_EQ(counts.window_size, 2);
   EXPECT_EQ(counts.counts, snapshot.logical_counts);
   EXPECT_EQ(counts.totals(), (std::vector<std::int64_t>{4, 6}));

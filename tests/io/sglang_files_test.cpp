@@ -255,9 +255,9 @@ TEST(Statistics, CountsRoundTripInEveryFormatAndAreDetectedByContent) {
   io::write_file_atomically(dir.path() / "s.json", io::snapshot_to_json(snapshot));
   const CountWindow window = io::read_counts(dir.path() / "s.json");
   EXPECT_EQ(window, count_window_of(snapshot));
-  EXPECT_EQ(window.pass_ids, snapshot.pass_ids);
-  EXPECT_EQ(window.placement_versions, snapshot.placement_versions);
-  EXPECT_EQ(window.pass_num_tokens, snapshot.pass_num_tokens);
+  EXPECT_EQ(window.pass_rows.pass_ids, snapshot.pass_ids);
+  EXPECT_EQ(window.pass_rows.placement_versions, snapshot.placement_versions);
+  EXPECT_EQ(window.pass_rows.pass_num_tokens, snapshot.pass_num_tokens);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.json"), io::FileFormat::kJson);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.pt"), io::FileFormat::kPt);
   EXPECT_EQ(io::detect_file_format(dir.path() / "c.safetensors"), io::FileFormat::kSafetensors);

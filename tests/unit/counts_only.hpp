@@ -7,9 +7,7 @@
 namespace moestat::test {
 
 inline CountWindow counts_only(CountWindow window) {
-  window.pass_ids.clear();
-  window.placement_versions.clear();
-  window.pass_num_tokens.clear();
+  window.pass_rows = {};
   return window;
 }
 

@@ -101,9 +101,7 @@ class MergeCommand final : public Command {
     }
     // What each file says of its passes does not add up (one rank's tokens are not the
     // pass's), and no written format keeps it.
-    sum.pass_ids.clear();
-    sum.placement_versions.clear();
-    sum.pass_num_tokens.clear();
+    sum.pass_rows = {};
   }
 
   /// "[pass][layer][expert]" (or "[layer][expert]") of entry `flat` of `counts`.

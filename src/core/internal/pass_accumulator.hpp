@@ -77,10 +77,9 @@ class PassAccumulator {
   std::vector<std::int64_t> token_pass_ids_;
   std::vector<std::uint64_t> token_versions_;
 
-  std::int64_t num_passes_ = 0;  // in window modes also the passes that reached the window
+  // num_passes: in window modes also the passes that reached the window.
+  RecordTallies tallies_;
   std::uint64_t generation_ = 0;
-  std::int64_t dropped_ids_ = 0;
-  std::int64_t dropped_tokens_ = 0;
 };
 
 }  // namespace moestat::detail

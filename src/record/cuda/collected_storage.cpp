@@ -23,9 +23,7 @@ void CollectedStorage::read(Snapshot& out, std::uint64_t requested_epoch,
   // A start or reset that has not reached the device yet: nothing belongs to it.
   if (collected.epoch != requested_epoch) return;
   assign_pass_rows(out, std::move(collected.passes), placements);
-  out.num_passes = collected.num_passes;
-  out.dropped_passes = collected.dropped_passes;
-  out.dropped_ids = collected.dropped_ids;
+  out.tallies() = collected.tallies();
 }
 
 void CollectedStorage::read_since(PassesSince& out, std::uint64_t requested_epoch,
@@ -37,9 +35,7 @@ void CollectedStorage::read_since(PassesSince& out, std::uint64_t requested_epoc
   check_arrival(first_arrival, collected.num_collected);
   out.first_arrival = first_arrival;
   assign_pass_rows(out, std::move(collected.passes), placements);
-  out.num_passes = collected.num_passes;
-  out.dropped_passes = collected.dropped_passes;
-  out.dropped_ids = collected.dropped_ids;
+  out.tallies() = collected.tallies();
 }
 
 }  // namespace moestat::record::cuda

@@ -43,9 +43,7 @@ void DecayedStorage::read(Snapshot& out, std::uint64_t requested_epoch,
     const bool quiet = before.fold_blocks == std::uint64_t(b.num_layers * before.cursor) &&
                        after.fold_blocks == before.fold_blocks && after.seq == before.seq;
     if (!quiet) continue;
-    out.num_passes = before.cursor - before.base;
-    out.dropped_ids = std::int64_t(before.dropped_ids);
-    out.dropped_tokens = std::int64_t(before.dropped_tokens);
+    out.tallies() = tallies_of(before);
     out.decayed_physical_load = std::move(physical);
     out.decayed_logical_load = std::move(logical);
     return;

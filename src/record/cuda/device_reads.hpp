@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <moestat/pass_rows.hpp>
 #include <vector>
 
 #include "cuda_check.hpp"
@@ -33,6 +34,10 @@ void copy_from_device(std::vector<T>& out, const T* device, long long count, cud
 
 /// The device state as it is once `stream`'s earlier copies have landed: copies it and waits.
 DeviceState read_device_state(const DeviceState* state, cudaStream_t stream);
+
+/// The tallies the device keeps in `state` (passes ended since the reset, dropped ids and
+/// tokens); dropped_passes, which only the pass collector knows, is 0.
+RecordTallies tallies_of(const DeviceState& state);
 
 /// Throws: `reader` found the device state changing on each of kMaxStateReads attempts.
 [[noreturn]] void fail_unsettled_state(const char* reader);

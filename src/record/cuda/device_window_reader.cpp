@@ -38,9 +38,7 @@ std::optional<WindowRead> DeviceWindowReader::read_from(const DeviceState& befor
   const long long intact_from = std::max(first, after.cursor - window);
   for (long long pass = intact_from; pass < before.cursor; ++pass) {
     const auto slot = std::size_t(pass % buffers_.num_slots);
-    out.pass_ids.push_back(slot_pass_ids_[slot]);
-    out.pass_num_tokens.push_back(slot_num_tokens_[slot]);
-    out.placement_versions.push_back(slot_versions_[slot]);
+    out.push_back(slot_pass_ids_[slot], slot_versions_[slot], slot_num_tokens_[slot]);
     if (device_rows != nullptr) continue;
     const std::int32_t* in = ring_counts_.data() + (pass - first) * pass_size;
     out.physical_counts.insert(out.physical_counts.end(), in, in + pass_size);

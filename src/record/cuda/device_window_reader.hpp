@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <moestat/pass_rows.hpp>
 #include <optional>
 #include <vector>
 
@@ -15,11 +16,8 @@
 
 namespace moestat::record::cuda {
 
-/// Whole passes read from the ring, in pass order.
-struct PassRecords {
-  std::vector<std::int64_t> pass_ids;
-  std::vector<std::uint64_t> placement_versions;
-  std::vector<std::int64_t> pass_num_tokens;
+/// Whole passes read from the ring, in pass order: their rows and device counts.
+struct PassRecords : PassRows {
   std::vector<std::int32_t> physical_counts;  ///< [N, L, P]; empty after read_on_device.
 };
 

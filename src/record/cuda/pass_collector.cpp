@@ -34,14 +34,8 @@ CollectedPasses PassCollector::collect(std::int64_t first_pass) {
   CollectedPasses out;
   out.epoch = passes_.epoch;
   out.num_collected = total;
-  out.num_passes = passes_.num_passes;
-  out.dropped_passes = passes_.dropped_passes;
-  out.dropped_ids = passes_.dropped_ids;
-  out.passes.pass_ids.assign(all.pass_ids.begin() + std::ptrdiff_t(first), all.pass_ids.end());
-  out.passes.placement_versions.assign(all.placement_versions.begin() + std::ptrdiff_t(first),
-                                       all.placement_versions.end());
-  out.passes.pass_num_tokens.assign(all.pass_num_tokens.begin() + std::ptrdiff_t(first),
-                                    all.pass_num_tokens.end());
+  out.tallies() = passes_.tallies();
+  out.passes.pass_rows() = all.slice(std::int64_t(first), total);
   out.passes.physical_counts.assign(all.physical_counts.begin() + std::ptrdiff_t(first * pass_size),
                                     all.physical_counts.end());
   return out;
@@ -74,8 +68,9 @@ void PassCollector::collect_locked() {
       });
   // NOTE: the read always has a first pass to start from, so it always returns.
   passes_.dropped_passes += read->first_intact - collected_until_;
-  passes_.num_passes = read->state.cursor - read->state.base;
-  passes_.dropped_ids = std::int64_t(read->state.dropped_ids);
+  const RecordTallies device = tallies_of(read->state);
+  passes_.num_passes = device.num_passes;
+  passes_.dropped_ids = device.dropped_ids;
   collected_until_ = read->state.cursor;
 }
 

@@ -16,14 +16,13 @@
 
 namespace moestat::record::cuda {
 
-/// Passes collected from the device since the last reset the device applied.
-struct CollectedPasses {
+/// Passes collected from the device since the last reset the device applied. Of the
+/// tallies, num_passes counts the passes the device ended, dropped_passes those whose slot was
+/// reused before collection; dropped_tokens stays 0 (these modes keep no tokens).
+struct CollectedPasses : RecordTallies {
   std::uint64_t epoch = 0;  ///< The device epoch these passes belong to.
   PassRecords passes;
-  std::int64_t num_collected = 0;   ///< Passes collected (whether in `passes` or not).
-  std::int64_t num_passes = 0;      ///< Passes the device ended since the reset.
-  std::int64_t dropped_passes = 0;  ///< Passes whose slot was reused before collection.
-  std::int64_t dropped_ids = 0;
+  std::int64_t num_collected = 0;  ///< Passes collected (whether in `passes` or not).
 };
 
 /// Keeps every pass the device ends. The device writes pass n into slot n % num_slots of

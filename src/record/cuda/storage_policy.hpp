@@ -127,9 +127,7 @@ class StoragePolicy {
 template <typename Rows>
 void assign_pass_rows(Rows& out, PassRecords&& passes,
                       const std::map<std::uint64_t, Placement>& placements) {
-  out.pass_ids = std::move(passes.pass_ids);
-  out.pass_num_tokens = std::move(passes.pass_num_tokens);
-  out.placement_versions = std::move(passes.placement_versions);
+  out.pass_rows() = std::move(passes.pass_rows());
   out.physical_counts.assign(passes.physical_counts.begin(), passes.physical_counts.end());
   out.logical_counts =
       detail::logical_counts_by_pass(out.physical_counts, out.placement_versions, placements);

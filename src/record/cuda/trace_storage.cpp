@@ -65,9 +65,7 @@ void TraceStorage::read(Snapshot& out, std::uint64_t requested_epoch,
     const DeviceState after = read_device_state(buffers_.state, control_stream_);
     if (after.seq != before.seq) continue;
     // The tokens themselves are in the trace file.
-    out.num_passes = before.cursor - before.base;
-    out.dropped_ids = std::int64_t(before.dropped_ids);
-    out.dropped_tokens = std::int64_t(before.dropped_tokens);
+    out.tallies() = tallies_of(before);
     return;
   }
   fail_unsettled_state("snapshot");

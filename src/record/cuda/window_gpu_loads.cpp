@@ -80,9 +80,7 @@ void WindowGpuLoads::reduce(const std::int32_t* rows, PassRecords& passes, GpuLo
                                host_results_.data() + loads_size + run * num_layers * num_slots,
                                out.logical_totals.data());
   }
-  out.pass_ids = std::move(passes.pass_ids);
-  out.placement_versions = std::move(passes.placement_versions);
-  out.pass_num_tokens = std::move(passes.pass_num_tokens);
+  out.pass_rows() = std::move(passes.pass_rows());
 }
 
 }  // namespace moestat::record::cuda

@@ -24,9 +24,7 @@ void WindowStorage::read(Snapshot& out, std::uint64_t requested_epoch,
                                                       : std::nullopt;
       });
   if (!read) return;
-  out.num_passes = read->state.cursor - read->state.base;
-  out.dropped_ids = std::int64_t(read->state.dropped_ids);
-  out.dropped_tokens = std::int64_t(read->state.dropped_tokens);
+  out.tallies() = tallies_of(read->state);
   assign_pass_rows(out, std::move(passes), placements);
 }
 
@@ -49,8 +47,7 @@ template <typename Since>
 void set_since_header(Since& out, const WindowRead& read, std::int64_t first_arrival) {
   out.first_arrival = read.first_intact - read.state.base;
   out.missed_passes = out.first_arrival - first_arrival;
-  out.num_passes = read.state.cursor - read.state.base;
-  out.dropped_ids = std::int64_t(read.state.dropped_ids);
+  out.tallies() = tallies_of(read.state);
 }
 
 }  // namespace
