@@ -1,6 +1,7 @@
 """Live metrics of a running CPU recorder through Python: the HTTP endpoint scraped with
 urllib and parsed with prometheus_client's parser, every value checked against a numpy
 recomputation from the recorder's own snapshot; the file; the coverage check."""
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -56,7 +57,7 @@ def scrape(port):
     return types, samples
 
 
-@pytest.mark.skipif(not moestat.has_http, reason="built without cpp-httplib")
+@pytest.mark.skipif(not moestat.has_http, reason="built without the metrics server")
 def test_a_running_recorder_is_scraped_and_equals_its_snapshot(rng):
     recorder = recorder_with_passes(rng, 13)
     metrics = moestat.LiveMetrics(recorder, num_hottest_experts=3)
@@ -95,7 +96,7 @@ def test_a_running_recorder_is_scraped_and_equals_its_snapshot(rng):
         scrape(server.port)  # stopped with the context
 
 
-@pytest.mark.skipif(not moestat.has_http, reason="built without cpp-httplib")
+@pytest.mark.skipif(not moestat.has_http, reason="built without the metrics server")
 def test_the_endpoint_is_read_only(rng):
     metrics = moestat.LiveMetrics(recorder_with_passes(rng, 1))
     server = moestat.MetricsServer(metrics, port=0)
@@ -104,6 +105,33 @@ def test_the_endpoint_is_read_only(rng):
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 405
     server.stop()
+
+
+def http_status(port, headers=None):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+@pytest.mark.skipif(not moestat.has_http, reason="built without the metrics server")
+def test_the_endpoint_limits_reach_python(rng):
+    metrics = moestat.LiveMetrics(recorder_with_passes(rng, 1))
+    with moestat.MetricsServer(metrics, max_connections=1, request_timeout=0.2,
+                               max_header_count=8) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as idle:
+            # The one place is taken: refused at once, not queued behind the idle client.
+            assert http_status(server.port) == 503
+            # Closed at the deadline, without an answer (the 10 s timeout is a safety net).
+            assert idle.recv(1) == b""
+        assert http_status(server.port) == 200
+        assert http_status(server.port, {f"X-{i}": "y" for i in range(8)}) == 431
+    with pytest.raises(moestat.Error, match="request_timeout nan s is not a positive"):
+        moestat.MetricsServer(metrics, request_timeout=float("nan"))
+    with pytest.raises(moestat.Error, match="max_connections 0 is not positive"):
+        moestat.MetricsServer(metrics, max_connections=0)
 
 
 def test_values_file_and_coverage(rng, tmp_path):
