@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "deployment_options.hpp"
 #include "output_files.hpp"
 #include "plan_files.hpp"
 
@@ -38,15 +39,11 @@ class AdviseCommand final : public Command {
                     "The placement in force (.json, .pt or .safetensors): "
                     "physical_to_logical_map [L][P]")
         ->required();
-    sub->add_option("--gpus", config_.num_gpus, "GPUs (expert-parallel ranks)")
-        ->required()
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--groups", config_.num_groups, "Expert groups, as for moestat plan")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    sub->add_option("--nodes", config_.num_nodes, "Nodes, as for moestat plan")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
+    add_deployment_options(
+        *sub, config_,
+        {.taken = {DeploymentOption::kGpus, DeploymentOption::kGroups, DeploymentOption::kNodes},
+         .help = {.groups = "Expert groups, as for moestat plan",
+                  .nodes = "Nodes, as for moestat plan"}});
     sub->add_option("--pass-seconds", options_.seconds_per_balanced_pass,
                     "MoE seconds of one forward pass at balancedness 1 (every GPU as loaded as "
                     "the mean): a pass at served balancedness b takes this / b")

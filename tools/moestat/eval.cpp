@@ -9,6 +9,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "deployment_options.hpp"
 #include "plan_files.hpp"
 
 namespace moestat::cli {
@@ -24,9 +25,9 @@ class EvalCommand final : public Command {
     sub->add_option("--placement", placement_,
                     "Placement file (.json, .pt or .safetensors): physical_to_logical_map [L][P]")
         ->required();
-    sub->add_option("--gpus", num_gpus_, "GPUs: slot p lives on GPU p / (P / gpus)")
-        ->required()
-        ->check(CLI::PositiveNumber);
+    add_deployment_options(*sub, config_,
+                           {.taken = {DeploymentOption::kGpus},
+                            .help = {.gpus = "GPUs: slot p lives on GPU p / (P / gpus)"}});
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
     sub->footer(
         "Layers without load (dense layers) are left out of every mean. balancedness is\n"
@@ -42,7 +43,7 @@ class EvalCommand final : public Command {
     const Placement placement = read_placement_file(placement_, loads.num_experts);
     MOESTAT_CHECK(placement.num_layers() == loads.num_layers, "{} has {} layers, {} has {}",
                   placement_, placement.num_layers(), stats_, loads.num_layers);
-    const plan::BalanceReport r = plan::evaluate_placement(loads, placement, num_gpus_);
+    const plan::BalanceReport r = plan::evaluate_placement(loads, placement, config_.num_gpus);
     const double gini = plan::mean_expert_gini(loads);
     if (json_) {
       const nlohmann::ordered_json out{{"balancedness", r.balancedness},
@@ -59,7 +60,7 @@ class EvalCommand final : public Command {
     fmt::print("loads:        {} ({} layers, {} with load, {} experts)\n", stats_, loads.num_layers,
                r.num_loaded_layers, loads.num_experts);
     fmt::print("placement:    {} ({} slots on {} GPUs)\n", placement_,
-               placement.num_physical_experts(), num_gpus_);
+               placement.num_physical_experts(), config_.num_gpus);
     fmt::print("balancedness: {:.4f} (mean over layers of mean/max GPU load)\n", r.balancedness);
     fmt::print("sum ratio:    {:.4f} (sum of means / sum of maxes)\n", r.balancedness_sum_ratio);
     fmt::print("imbalance:    {:.4f} (mean over layers of (max - mean) / mean)\n", r.imbalance);
@@ -70,7 +71,7 @@ class EvalCommand final : public Command {
 
  private:
   std::string stats_, placement_;
-  std::int64_t num_gpus_ = 0;
+  plan::EplbConfig config_;
   bool json_ = false;
 };
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "deployment_options.hpp"
 #include "plan_files.hpp"
 
 namespace moestat::cli {
@@ -61,18 +62,7 @@ class PlanCommand final : public Command {
     sub->add_option("--algorithm", algorithm_, "deepseek (eplb.py, exactly) or moestat")
         ->check(CLI::IsMember({"deepseek", "moestat"}))
         ->capture_default_str();
-    sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer (P)")
-        ->required()
-        ->check(CLI::Range(std::int64_t{1}, plan::kMaxReplicas));
-    sub->add_option("--groups", config_.num_groups, "Expert groups")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    sub->add_option("--nodes", config_.num_nodes, "Nodes")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    sub->add_option("--gpus", config_.num_gpus, "GPUs (expert-parallel ranks)")
-        ->required()
-        ->check(CLI::PositiveNumber);
+    add_deployment_options(*sub, config_);
     sub->add_option("--previous", previous_,
                     "The placement in force (.json, .pt or .safetensors): reach --target with "
                     "as few expert copies as possible (moestat only; says when it falls short)");

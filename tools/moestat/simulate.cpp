@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "deployment_options.hpp"
 #include "output_files.hpp"
 #include "simulate_policies.hpp"
 
@@ -81,18 +82,10 @@ class SimulateCommand final : public Command {
                     "interval, threshold, advisor); repeat for several. Every pass is drawn as in "
                     "a full run, so the rows replayed are the same as there")
         ->check(CLI::IsMember(policy_roles()));
-    sub->add_option("--replicas", config_.num_replicas, "Physical expert slots per layer")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--groups", config_.num_groups, "Expert groups (hierarchical placement)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--nodes", config_.num_nodes, "Nodes")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--gpus", config_.num_gpus, "GPUs (expert-parallel ranks)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+    add_deployment_options(*sub, config_,
+                           {.required = false,
+                            .help = {.replicas = "Physical expert slots per layer",
+                                     .groups = "Expert groups (hierarchical placement)"}});
     sub->add_option("--seconds-per-balanced-pass", cost_.seconds_per_balanced_pass,
                     "MoE seconds of one pass at perfect balance; a pass at balancedness b (sum "
                     "over layers of mean / of max GPU load) takes this / b")
@@ -229,6 +222,7 @@ class SimulateCommand final : public Command {
   std::vector<std::string> only_, roles_;
   std::uint64_t seed_ = 1;
   plan::ScenarioOptions options_{};
+  /// DeepSeek-V3's deployment unless the command line names another.
   plan::EplbConfig config_{.num_replicas = 288, .num_groups = 8, .num_nodes = 4, .num_gpus = 32};
   plan::ReplayCost cost_{};
 };
