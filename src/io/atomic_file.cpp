@@ -177,35 +177,27 @@ std::optional<mode_t> existing_mode(const std::filesystem::path& target) {
 
 }  // namespace
 
-std::filesystem::path resolve_output_path(const std::filesystem::path& path) {
-  std::filesystem::path target = path;
-  // The kernel's own bound on links followed in one lookup (ELOOP beyond it).
-  for (int links = 0; links < 40; ++links) {
-    std::error_code error;
-    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(target, error))) {
-      return target;
-    }
-    const std::filesystem::path next = std::filesystem::read_symlink(target, error);
-    if (error) return target;
-    target = next.is_absolute() ? next : target.parent_path() / next;
-  }
-  MOESTAT_FAIL("cannot write {}: too many levels of symbolic links", path.string());
-}
-
 void check_output_path(const std::filesystem::path& path) {
   MOESTAT_CHECK(!path.empty() && path.has_filename(), "cannot write \"{}\": not a file path",
                 path.string());
-  const std::filesystem::path target = resolve_output_path(path);
-  const std::string name = target == path
-                               ? path.string()
-                               : fmt::format("{} (a link to {})", path.string(), target.string());
+  const std::string name = path.string();
   struct stat status {};
-  if (::stat(target.c_str(), &status) == 0) {
+  if (::lstat(path.c_str(), &status) == 0) {
+    // Written through, a link would let a command replace whatever it points to (a system
+    // file, run as root); replaced, a link someone keeps would silently become a file.
+    if (S_ISLNK(status.st_mode)) {
+      std::error_code error;
+      const std::filesystem::path target = std::filesystem::read_symlink(path, error);
+      MOESTAT_FAIL(
+          "cannot write {}: it is a symbolic link{}; moestat neither writes through "
+          "links nor replaces them: name the file itself, or remove the link",
+          name, error ? std::string() : fmt::format(" (to {})", target.string()));
+    }
     MOESTAT_CHECK(!S_ISDIR(status.st_mode), "cannot write {}: it is a directory", name);
     // rename(2) would replace a FIFO or a device node rather than write into it.
     MOESTAT_CHECK(S_ISREG(status.st_mode), "cannot write {}: not a regular file", name);
   }
-  const std::filesystem::path directory = target.has_parent_path() ? target.parent_path() : ".";
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   MOESTAT_CHECK(::stat(directory.c_str(), &status) == 0, "cannot write {}: directory {}: {}", name,
                 directory.string(), std::strerror(errno));
   MOESTAT_CHECK(S_ISDIR(status.st_mode), "cannot write {}: {} is not a directory", name,
@@ -222,14 +214,12 @@ void remove_temporary_files() noexcept {
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
   check_output_path(path);
-  // Through a symbolic link to the file it names: the link stays, its target is replaced.
-  const std::filesystem::path target = resolve_output_path(path);
-  sweep_stale_temporaries(target);
-  const std::optional<mode_t> mode = existing_mode(target);
+  sweep_stale_temporaries(path);
+  const std::optional<mode_t> mode = existing_mode(path);
 
   std::optional<TemporaryFile> file;
   for (int attempt = 0;; ++attempt) {
-    std::filesystem::path temporary = temporary_name(target);
+    std::filesystem::path temporary = temporary_name(path);
     const int slot = register_temporary(temporary);
     file.emplace(std::move(temporary), slot);
     if (file->create() >= 0) break;
@@ -237,7 +227,7 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     file.reset();
     if (error != EEXIST || attempt == 100) {
       MOESTAT_FAIL("cannot write {}: cannot create a file in {}: {}", path.string(),
-                   target.has_parent_path() ? target.parent_path().string() : std::string("."),
+                   path.has_parent_path() ? path.parent_path().string() : std::string("."),
                    std::strerror(error));
     }
   }
@@ -261,12 +251,12 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
   MOESTAT_CHECK(::fsync(file->fd()) == 0, "cannot write {}: fsync failed: {}", path.string(),
                 std::strerror(errno));
   MOESTAT_CHECK(file->close() == 0, "cannot write {}: {}", path.string(), std::strerror(errno));
-  MOESTAT_CHECK(::rename(file->path().c_str(), target.c_str()) == 0, "cannot write {}: {}",
+  MOESTAT_CHECK(::rename(file->path().c_str(), path.c_str()) == 0, "cannot write {}: {}",
                 path.string(), std::strerror(errno));
   file->mark_renamed();
   // Make the rename itself durable; best effort, as some file systems refuse fsync on a
   // directory and the data is already safely in place.
-  const std::filesystem::path directory = target.has_parent_path() ? target.parent_path() : ".";
+  const std::filesystem::path directory = path.has_parent_path() ? path.parent_path() : ".";
   if (const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       dir_fd >= 0) {
     ::fsync(dir_fd);

@@ -144,19 +144,22 @@ TEST(CliMerge, RefusesAnOutputThatIsAlsoAnInputEvenWhenForced) {
   ScratchDir dir;
   io::write_counts(dir.path() / "a.json", counts_from(0));
   io::write_counts(dir.path() / "b.json", counts_from(100));
+  fs::create_hard_link(dir.path() / "a.json", dir.path() / "hard.json");
   fs::create_symlink("a.json", dir.path() / "link.json");
   const std::string before = read_whole_file(dir.path() / "a.json");
-  for (const char* out : {"a.json", "link.json"}) {
+  for (const auto& [out, message] :
+       {std::pair{"a.json", "is also an input"}, std::pair{"hard.json", "is also an input"},
+        std::pair{"link.json", "is a symbolic link"}}) {
     SCOPED_TRACE(out);
     const CliRun run = run_cli("merge --force " + quoted(dir.path() / out) + " " +
                                quoted(dir.path() / "a.json") + " " + quoted(dir.path() / "b.json"));
     EXPECT_EQ(run.code, 1);
-    EXPECT_TRUE(contains(run.err, "is also an input")) << run.err;
+    EXPECT_TRUE(contains(run.err, message)) << run.err;
     EXPECT_EQ(read_whole_file(dir.path() / "a.json"), before);
   }
 }
 
-// ---- item 12: outputs checked first, modes and links kept ----
+// ---- item 12: outputs checked first, modes kept ----
 
 TEST(CliOutputs, ReportChecksEveryOutputBeforeWritingAny) {
   ScratchDir dir;
@@ -186,26 +189,40 @@ TEST(CliOutputs, NonRegularTargetsAreRefusedNotReplaced) {
   EXPECT_TRUE(fs::is_fifo(fifo));
 }
 
-TEST(CliOutputs, OverwriteKeepsTheModeAndWritesThroughASymbolicLink) {
+TEST(CliOutputs, OverwriteKeepsTheMode) {
   ScratchDir dir;
   io::write_counts(dir.path() / "in.json", counts_from(1));
   io::write_counts(dir.path() / "out.json", counts_from(50));
   ASSERT_EQ(::chmod((dir.path() / "out.json").c_str(), 0604), 0);
-  fs::create_directory(dir.path() / "real");
-  io::write_counts(dir.path() / "real" / "target.json", counts_from(50));
-  fs::create_symlink("real/target.json", dir.path() / "link.json");
-
-  for (const char* out : {"out.json", "link.json"}) {
-    const CliRun run =
-        run_cli("convert " + quoted(dir.path() / "in.json") + " " + quoted(dir.path() / out));
-    ASSERT_EQ(run.code, 0) << run.err;
-  }
+  const CliRun run =
+      run_cli("convert " + quoted(dir.path() / "in.json") + " " + quoted(dir.path() / "out.json"));
+  ASSERT_EQ(run.code, 0) << run.err;
   struct stat status {};
   ASSERT_EQ(::stat((dir.path() / "out.json").c_str(), &status), 0);
   EXPECT_EQ(status.st_mode & 07777, 0604u);
   EXPECT_EQ(io::read_counts(dir.path() / "out.json"), counts_from(1));
-  EXPECT_TRUE(fs::is_symlink(dir.path() / "link.json"));
-  EXPECT_EQ(io::read_counts(dir.path() / "real" / "target.json"), counts_from(1));
+  EXPECT_TRUE(temporaries_in(dir).empty());
+}
+
+// Issue 29, item 2: a link to a system file was followed (as root) and the file replaced.
+TEST(CliOutputs, ASymbolicLinkIsRefusedAndNeitherItNorItsTargetChanges) {
+  ScratchDir dir;
+  io::write_counts(dir.path() / "in.json", counts_from(1));
+  fs::create_directory(dir.path() / "real");
+  io::write_counts(dir.path() / "real" / "target.json", counts_from(50));
+  const std::string before = read_whole_file(dir.path() / "real" / "target.json");
+  fs::create_symlink("real/target.json", dir.path() / "link.json");
+  fs::create_symlink("real/missing.json", dir.path() / "dangling.json");
+  for (const char* out : {"link.json", "dangling.json"}) {
+    SCOPED_TRACE(out);
+    const CliRun run =
+        run_cli("convert " + quoted(dir.path() / "in.json") + " " + quoted(dir.path() / out));
+    EXPECT_EQ(run.code, 1);
+    EXPECT_TRUE(contains(run.err, "is a symbolic link")) << run.err;
+    EXPECT_TRUE(fs::is_symlink(dir.path() / out));
+  }
+  EXPECT_EQ(read_whole_file(dir.path() / "real" / "target.json"), before);
+  EXPECT_FALSE(fs::exists(dir.path() / "real" / "missing.json"));
   EXPECT_TRUE(temporaries_in(dir).empty());
 }
 

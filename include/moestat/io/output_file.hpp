@@ -8,14 +8,10 @@
 
 namespace moestat::io {
 
-/// The file write_file_atomically(path, ...) replaces: `path` itself, or, when `path` is a
-/// symbolic link, the file its chain of links ends at (which need not exist yet). Writing
-/// through the link keeps the link a link.
-std::filesystem::path resolve_output_path(const std::filesystem::path& path);
-
 /// Throws moestat::Error naming `path` unless write_file_atomically(path) can succeed as far
-/// as can be known before writing: the path names a file (not a directory, a FIFO or a
-/// device, after following symbolic links) whose directory exists and is writable. Commands
+/// as can be known before writing: the path names a regular file or nothing yet (not a
+/// directory, a FIFO, a device or a symbolic link) in a directory that exists and is
+/// writable. Commands
 /// with several outputs check them all first, so that an error writes none of them.
 void check_output_path(const std::filesystem::path& path);
 
