@@ -186,6 +186,8 @@ TEST(MetricsServer, NamesAnAddressItCannotListenOnAndOptionsOutOfRange) {
                        "max_connections 0 is not positive");
   EXPECT_MOESTAT_ERROR(constant_server({.request_timeout = 0ms}),
                        "request_timeout 0 ms is not positive");
+  EXPECT_MOESTAT_ERROR(constant_server({.request_timeout = std::chrono::milliseconds::max()}),
+                       "is over a year");
   EXPECT_MOESTAT_ERROR(constant_server({.max_header_bytes = 0}), "max_header_bytes is 0");
 }
 

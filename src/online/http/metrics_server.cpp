@@ -272,6 +272,7 @@ void MetricsServer::Impl::serve() {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake_at - Clock::now());
       timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000));
     }
+    // poll() fails only for want of kernel memory: the endpoint ends rather than spin.
     if (poll(polled.data(), polled.size(), timeout_ms) < 0 && errno != EINTR) return;
     if (polled[0].revents != 0) return;  // stop()
 
@@ -296,6 +297,10 @@ MetricsServer::MetricsServer(std::function<std::string()> text, MetricsServerOpt
                 options.max_connections);
   MOESTAT_CHECK(options.request_timeout.count() > 0,
                 "metrics server: request_timeout {} ms is not positive",
+                options.request_timeout.count());
+  // A bound far beyond any use, so that accept time plus timeout cannot overflow the clock.
+  MOESTAT_CHECK(options.request_timeout <= std::chrono::hours(24 * 365),
+                "metrics server: request_timeout {} ms is over a year",
                 options.request_timeout.count());
   MOESTAT_CHECK(options.max_header_bytes > 0, "metrics server: max_header_bytes is 0");
   impl_->text = std::move(text);
