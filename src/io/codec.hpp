@@ -1,12 +1,13 @@
-// One codec per container format (JSON, .pt, safetensors, trace): it turns a file into named
-// tensors and back, and the payload mappings (payload_mappings.hpp) turn those into each
-// statistics payload. statistics_file.cpp picks the codec once, from the format, and knows
-// nothing else about formats.
+// One codec per container format (JSON, .pt, safetensors, trace): it recognises the format's
+// bytes, turns a file into named tensors and back, and the payload mappings
+// (payload_mappings.hpp) turn those into each statistics payload. The format registry
+// (format_registry.cpp, io/formats.hpp) names each format with its codec; statistics_file.cpp
+// picks the codec once, from the format, and knows nothing else about formats.
 //
-// A new format is one TensorContainerCodec (its decode and encode: where its layout differs
-// from plain named tensors, as SGLang's dicts and moestat's JSON documents do, that is said
-// there and nowhere else) plus a line in codec_for; a new payload is one mapping, which every
-// codec then reads and writes with no change.
+// A new format is one TensorContainerCodec (its detectors, decode and encode: where its layout
+// differs from plain named tensors, as SGLang's dicts and moestat's JSON documents do, that is
+// said there and nowhere else) plus its entry in the registry; a new payload is one mapping,
+// which every codec then reads and writes with no change.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,12 @@ namespace moestat::io::detail {
 class Codec {
  public:
   virtual ~Codec() = default;
+
+  /// Bytes only this format starts with, whatever the file is called (a zip is .pt).
+  virtual bool has_signature(std::string_view bytes) const = 0;
+  /// Bytes shaped like this format, for a file whose name does not say (a bare pickle is a
+  /// legacy .pt); asked only when no format has the file's signature.
+  virtual bool starts_like(std::string_view bytes) const = 0;
 
   /// The payload `bytes` hold, for a file read without saying which: the first mapping of
   /// payload_mappings() one of whose tensor names appears in them (quoted, as JSON and a
@@ -65,7 +72,7 @@ class TensorContainerCodec : public Codec {
 StatisticsFile payload_from_tensors(const PayloadMapping& mapping, const NamedTensors& tensors,
                                     const ReadOptions& options, std::string_view container);
 
-/// The codec of each format (codec_registry.cpp).
+/// The codec of each format (format_registry.cpp).
 const Codec& codec_for(FileFormat format);
 
 // The codecs, one file each.

@@ -55,11 +55,15 @@ Document document_from_json(std::string_view text) {
 }
 
 Document read_document(const std::filesystem::path& path) {
-  const std::string text = read_text_file(path);
+  // Read as JSON whatever its name or first bytes say: the parser says what it is not.
+  return read_document({.path = path, .bytes = read_text_file(path), .format = FileFormat::kJson});
+}
+
+Document read_document(const DetectedFile& file) {
   try {
-    return document_from_json(text);
+    return document_from_json(file.bytes);
   } catch (const Error& error) {
-    throw error.with_context(path.string());
+    throw error.with_context(file.path.string());
   }
 }
 

@@ -171,6 +171,15 @@ std::string document_of(const NamedTensors& tensors) {
 }
 
 class JsonCodec final : public TensorContainerCodec {
+  /// JSON has no signature: any text may be JSON.
+  bool has_signature(std::string_view) const override { return false; }
+  /// JSON text starts with an object or array (after an optional UTF-8 byte-order mark and
+  /// white space); moestat's JSON files are all objects.
+  bool starts_like(std::string_view bytes) const override {
+    if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
+    const std::size_t first = bytes.find_first_not_of(" \t\r\n");
+    return first != std::string_view::npos && (bytes[first] == '{' || bytes[first] == '[');
+  }
   std::string_view container_name() const noexcept override { return "JSON"; }
   NamedTensors decode(std::string_view bytes, std::string_view,
                       const PayloadMapping& wanted) const override {

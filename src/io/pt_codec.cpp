@@ -19,6 +19,15 @@ PtValue parse(std::string_view bytes, std::string_view name) {
 
 class PtCodec final : public TensorContainerCodec {
  public:
+  /// A zip archive, as torch.save writes since torch 1.6.
+  bool has_signature(std::string_view bytes) const override {
+    return bytes.starts_with("PK\x03\x04");
+  }
+  /// PROTO and a protocol torch.save used: a .pt file from before torch 1.6 (or saved with
+  /// _use_new_zipfile_serialization=False), a bare pickle without the zip around it.
+  bool starts_like(std::string_view bytes) const override {
+    return bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] >= 2 && bytes[1] <= 5;
+  }
   StatisticsKind kind_of(std::string_view bytes, std::string_view name) const override {
     const NamedTensors tensors = tensors_of_pt(parse(bytes, name));
     for (const PayloadMapping* mapping : payload_mappings()) {

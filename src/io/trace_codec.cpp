@@ -1,4 +1,6 @@
-// Per-token traces hold physical ids, none of the statistics payloads: every read says so.
+// Per-token traces hold physical ids, none of the statistics payloads: every read says so. A
+// trace is recognised by its magic, or by its header's byte-order mark when the magic is
+// damaged.
 #include <moestat/error.hpp>
 
 #include "codec.hpp"
@@ -8,6 +10,14 @@ namespace {
 
 class TraceCodec final : public Codec {
  public:
+  bool has_signature(std::string_view bytes) const override {
+    return bytes.starts_with("MOETRACE");
+  }
+  /// The byte-order mark (0x01020304 little-endian at offset 12), which a trace whose magic
+  /// was damaged still carries.
+  bool starts_like(std::string_view bytes) const override {
+    return bytes.size() >= 16 && bytes.compare(12, 4, "\x04\x03\x02\x01") == 0;
+  }
   StatisticsKind kind_of(std::string_view, std::string_view) const override {
     MOESTAT_FAIL("a per-token trace is not a statistics file");
   }

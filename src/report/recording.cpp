@@ -88,11 +88,11 @@ Recording from_counts(CountWindow counts, std::string kind) {
 }
 
 Recording load(const std::filesystem::path& path) {
-  const io::FileFormat format = io::detect_file_format(path);
-  if (format == io::FileFormat::kJson) {
+  const io::DetectedFile file = io::read_detected_file(path);  // read once, for every reader
+  if (file.format == io::FileFormat::kJson) {
     // A snapshot says more than its counts (mode, top_k, tokens) and may keep counts outside
     // a pass window, which read_counts does not take.
-    const io::Document document = io::read_document(path);
+    const io::Document document = io::read_document(file);
     if (const auto* snapshot = std::get_if<Snapshot>(&document)) {
       // Drawing allocates [L][E] from the sizes the snapshot declares; only counts it holds
       // are worth that.
@@ -104,12 +104,12 @@ Recording load(const std::filesystem::path& path) {
     }
     MOESTAT_CHECK(io::document_kind(document) != io::DocumentKind::kPlacement,
                   "is a placement (physical_to_logical_map), not a recording");
-    return from_counts(io::read_counts(path), "SGLang logical_count");
+    return from_counts(io::read_counts(file), "SGLang logical_count");
   }
   // .pt (SGLang dumps) and .safetensors hold counts (or a placement or a mask, which
   // read_counts refuses by name).
-  return from_counts(io::read_counts(path),
-                     fmt::format("logical_count ({})", io::file_format_name(format)));
+  return from_counts(io::read_counts(file),
+                     fmt::format("logical_count ({})", io::file_format_name(file.format)));
 }
 
 }  // namespace

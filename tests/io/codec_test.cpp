@@ -1,12 +1,14 @@
 // Every payload through every registered codec, driven by the two tables (payload_mappings()
-// and codec_for), so a new payload or a new format is covered by its registration alone;
-// and a payload no codec knows, carried by every container through a mapping only.
+// and the format registry), so a new payload or a new format is covered by its registration
+// alone; and a payload no codec knows, carried by every container through a mapping only.
 #include "io/codec.hpp"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <moestat/io/formats.hpp>
 #include <moestat/io/statistics.hpp>
+#include <set>
 
 #include "io/payload_mappings.hpp"
 #include "io/test_support.hpp"
@@ -55,10 +57,36 @@ TEST(Codecs, EveryPayloadRoundTripsThroughEveryContainerAndIsDetected) {
                                io::file_format_name(format)));
       const Codec& codec = io::detail::codec_for(format);
       const std::string bytes = codec.write(payload);
+      EXPECT_TRUE(codec.has_signature(bytes) || codec.starts_like(bytes));
       EXPECT_EQ(codec.kind_of(bytes, "file"), mapping->kind);
       EXPECT_TRUE(same(codec.read(bytes, "file", mapping->kind, {}), payload));
     }
   }
+}
+
+TEST(FormatRegistry, NamesEveryFormatOnceAndPicksWrittenOnesByExtension) {
+  std::set<std::string_view> names;
+  std::set<std::string_view> extensions;
+  for (const io::FileFormatInfo& info : io::file_formats()) {
+    SCOPED_TRACE(info.name);
+    EXPECT_TRUE(names.insert(info.name).second);
+    EXPECT_EQ(io::file_format_name(info.format), info.name);
+    EXPECT_EQ(&io::file_format_info(info.format), &info);
+    EXPECT_FALSE(info.description.empty());
+    ASSERT_FALSE(info.extensions.empty());
+    for (const std::string_view extension : info.extensions) {
+      EXPECT_TRUE(extensions.insert(extension).second) << extension;
+      const std::string path = "file" + std::string(extension);
+      if (info.writes_statistics) {
+        EXPECT_EQ(io::format_of_extension(path), info.format);
+        EXPECT_NE(io::written_extensions_text().find(extension), std::string::npos);
+      } else {
+        expect_error([&] { io::format_of_extension(path); }, {"unknown extension"});
+      }
+    }
+  }
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(io::written_extensions_text(), ".json, .pt, .pth or .safetensors");
 }
 
 TEST(Codecs, TheTraceCodecRefusesEveryPayload) {

@@ -2,6 +2,7 @@
 // .safetensors, the input's format read from its contents and the output's from OUT's name.
 #include <fmt/format.h>
 
+#include <moestat/io/formats.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 
@@ -18,9 +19,9 @@ class ConvertCommand final : public Command {
         "Convert logical counts, a placement or an expert mask between .json, .pt and "
         ".safetensors");
     sub->add_option("IN", in_, "The file to read (format detected from its contents)")->required();
-    sub->add_option("OUT", out_,
-                    "The file to write, in the format of its extension: .json, .pt or .pth, "
-                    ".safetensors")
+    sub->add_option(
+           "OUT", out_,
+           "The file to write, in the format of its extension: " + io::written_extensions_text())
         ->required();
     sub->footer(
         "IN may be a moestat snapshot (its window's logical counts are converted), an SGLang\n"

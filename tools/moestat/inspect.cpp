@@ -7,6 +7,7 @@
 #include <exception>
 #include <moestat/checked_math.hpp>
 #include <moestat/io/document.hpp>
+#include <moestat/io/formats.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/printable.hpp>
@@ -175,27 +176,29 @@ class InspectCommand final : public Command {
   }
 
  private:
+  /// Reads the file once, through the format registry, and hands its bytes to the reader of
+  /// its format and to the statistics readers.
   int summarise() {
-    const io::FileFormat format = io::detect_file_format(path_);
+    const io::DetectedFile detected = io::read_detected_file(path_);
     Json out = Json::object();
     out["file"] = path_;
-    out["format"] = io::file_format_name(format);
-    switch (format) {
+    out["format"] = io::file_format_name(detected.format);
+    switch (detected.format) {
       case io::FileFormat::kJson:
-        inspect_json(out);
+        inspect_json(detected, out);
         break;
       case io::FileFormat::kTrace:
-        inspect(io::read_trace_file(path_), out);
+        inspect(io::read_trace(detected.data(), path_), out);
         break;
       case io::FileFormat::kPt: {
-        const io::PtValue value = io::read_pt_file(path_);
-        inspect_statistics(out);
-        inspect_contents(describe_tree(value, kMaxContentLines), out);
+        const io::PtValue value = io::read_pt(detected.data(), path_);
+        inspect_statistics(detected, out);
+        inspect_contents(detected.format, describe_tree(value, kMaxContentLines), out);
         break;
       }
       case io::FileFormat::kSafetensors: {
         std::vector<std::pair<std::string, std::string>> lines;
-        const io::NamedTensors file = io::read_safetensors_file(path_);
+        const io::NamedTensors file = io::read_safetensors(detected.data(), path_);
         if (routes::is_routes_file(file)) {
           inspect_routes(routes::routes_from_tensors(file), path_, json_, out);
           break;
@@ -210,8 +213,8 @@ class InspectCommand final : public Command {
           if (lines.size() == kMaxContentLines) break;
           lines.emplace_back(printable(name), describe(tensor));
         }
-        inspect_statistics(out);
-        inspect_contents(lines, out);
+        inspect_statistics(detected, out);
+        inspect_contents(detected.format, lines, out);
         break;
       }
     }
@@ -386,10 +389,10 @@ class InspectCommand final : public Command {
 
   /// A snapshot is read as the document it is (it holds more than its counts: mode, tokens,
   /// drops); any other JSON file as every command reads it, through io::read_statistics_file.
-  void inspect_json(Json& out) const {
+  void inspect_json(const io::DetectedFile& detected, Json& out) const {
     std::exception_ptr not_a_document;
     try {
-      if (const io::Document document = io::read_document(path_);
+      if (const io::Document document = io::read_document(detected);
           const auto* snapshot = std::get_if<Snapshot>(&document)) {
         out["kind"] = io::document_kind_name(io::DocumentKind::kSnapshot);
         inspect(*snapshot, out);
@@ -402,7 +405,7 @@ class InspectCommand final : public Command {
     }
     io::StatisticsFile file;
     try {
-      file = io::read_statistics_file(path_);
+      file = io::read_statistics_file(detected);
     } catch (const Error&) {
       if (not_a_document) std::rethrow_exception(not_a_document);
       throw;
@@ -411,25 +414,24 @@ class InspectCommand final : public Command {
   }
 
   /// What a .pt or safetensors file holds, key by key.
-  void inspect_contents(const std::vector<std::pair<std::string, std::string>>& lines,
+  void inspect_contents(io::FileFormat format,
+                        const std::vector<std::pair<std::string, std::string>>& lines,
                         Json& out) const {
     Json contents = Json::object();
     for (const auto& [path, description] : lines) contents[path] = description;
     out["contents"] = std::move(contents);
     if (json_) return;
-    fmt::print("format:      {}\n", out["format"].get<std::string>() == "pt"
-                                        ? "torch .pt (zip + pickle)"
-                                        : "safetensors");
+    fmt::print("format:      {}\n", io::file_format_info(format).description);
     fmt::print("contents:\n");
     for (const auto& [path, description] : lines) fmt::print("  {}: {}\n", path, description);
     if (lines.size() >= kMaxContentLines) fmt::print("  ... (first {} shown)\n", lines.size());
   }
 
   /// The summary of the statistics a binary file holds, when it holds any.
-  void inspect_statistics(Json& out) const {
+  void inspect_statistics(const io::DetectedFile& detected, Json& out) const {
     io::StatisticsFile file;
     try {
-      file = io::read_statistics_file(path_);
+      file = io::read_statistics_file(detected);
     } catch (const Error& error) {
       out["kind"] = "other";
       out["not_statistics"] = error.message();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <moestat/counts.hpp>
+#include <moestat/io/formats.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/snapshot.hpp>
 #include <string_view>
@@ -30,5 +31,7 @@ Document document_from_json(std::string_view text);
 /// Reads and parses a file as document_from_json does. Every error message starts with the
 /// path ("PATH: missing key ...").
 Document read_document(const std::filesystem::path& path);
+/// As above, of a file already read.
+Document read_document(const DetectedFile& file);
 
 }  // namespace moestat::io

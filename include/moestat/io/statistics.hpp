@@ -8,26 +8,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <moestat/io/counts_json.hpp>
+#include <moestat/io/formats.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/placement.hpp>
 #include <string_view>
 #include <variant>
 
 namespace moestat::io {
-
-/// What a file holds, detected from its first bytes, then its name (detect_file_format).
-enum class FileFormat : std::uint8_t { kJson, kPt, kSafetensors, kTrace };
-/// "json", "pt", "safetensors" or "trace".
-std::string_view file_format_name(FileFormat format) noexcept;
-/// A signature first (a zip is .pt, "MOETRACE" a trace, a binary little-endian size then
-/// '{' safetensors), then the extension (.json, .pt / .pth, .safetensors, .trace /
-/// .moetrace), then the first bytes (a bare pickle is a legacy .pt, a trace's byte-order
-/// mark a trace, '{' or '[' JSON); docs/formats.md says why in that order. moestat::Error
-/// naming the path when it cannot be read, is empty, or is none of these.
-FileFormat detect_file_format(const std::filesystem::path& path);
-/// The format a path's extension names (.json, .pt / .pth, .safetensors); moestat::Error
-/// naming the path for any other extension.
-FileFormat format_of_extension(const std::filesystem::path& path);
 
 /// The one reader of counts files, for every command, the report and Python. Counts
 /// [W, L, E] (W = 1 and has_window_axis = false for an [L, E] file) from:
@@ -39,6 +26,8 @@ FileFormat format_of_extension(const std::filesystem::path& path);
 /// entries are refused unless `fractions` is kKeep (CountWindow says why).
 CountWindow read_counts(const std::filesystem::path& path,
                         Fractions fractions = Fractions::kRefuse);
+/// As above, of a file already read (errors start with its path).
+CountWindow read_counts(const DetectedFile& file, Fractions fractions = Fractions::kRefuse);
 /// Writes counts by extension: .json {"logical_count"}, .pt an SGLang stat dump (rank 0,
 /// no utilisation rate), .safetensors a tensor "logical_count" (int32, int64 if a count
 /// needs it) with metadata {"format": "moestat.logical_count"}. Whole counts only; pass
@@ -71,6 +60,8 @@ StatisticsKind statistics_kind(const StatisticsFile& file) noexcept;
 /// tensor in a .pt) a mask, anything else is read as counts (read_counts, whole counts
 /// only). Errors start with the path.
 StatisticsFile read_statistics_file(const std::filesystem::path& path);
+/// As above, of a file already read (errors start with its path).
+StatisticsFile read_statistics_file(const DetectedFile& file);
 /// Writes it in the format of the path's extension, as the write_* functions above.
 void write_statistics_file(const std::filesystem::path& path, const StatisticsFile& file);
 
