@@ -59,6 +59,7 @@ Recorder::Recorder(ModelTopology topology, RecorderOptions options)
 }
 
 void Recorder::begin_pass(std::int64_t pass_id) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   MOESTAT_CHECK(!pass_open_, "begin_pass({}) while a pass is open: call end_pass first", pass_id);
   pass_open_ = true;
@@ -66,6 +67,7 @@ void Recorder::begin_pass(std::int64_t pass_id) {
 }
 
 void Recorder::end_pass() {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   MOESTAT_CHECK(pass_open_, "end_pass without begin_pass");
   pass_open_ = false;
@@ -73,6 +75,7 @@ void Recorder::end_pass() {
 }
 
 void Recorder::abort_pass() {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   MOESTAT_CHECK(pass_open_, "abort_pass without begin_pass");
   pass_open_ = false;
@@ -104,6 +107,7 @@ void Recorder::check_topk_ids(const TensorView& topk_ids) const {
 
 void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
                            std::int64_t num_valid_tokens) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   check_hook_layer(layer, "record_topk");
   check_topk_ids(topk_ids);
@@ -116,6 +120,7 @@ void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
 
 void Recorder::record_topk(std::int64_t layer, const TensorView& topk_ids,
                            const TensorView& num_valid_tokens) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   check_hook_layer(layer, "record_topk");
   check_topk_ids(topk_ids);
@@ -152,6 +157,7 @@ void Recorder::check_topk_layers(std::span<const LayerTopk> layers) const {
 
 void Recorder::record_topk_layers(std::span<const LayerTopk> layers,
                                   std::int64_t num_valid_tokens) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0 || layers.empty()) return;
   check_topk_layers(layers);
   const std::int64_t rows = fewest_rows(layers);
@@ -164,6 +170,7 @@ void Recorder::record_topk_layers(std::span<const LayerTopk> layers,
 
 void Recorder::record_topk_layers(std::span<const LayerTopk> layers,
                                   const TensorView& num_valid_tokens) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0 || layers.empty()) return;
   check_topk_layers(layers);
   num_valid_tokens.require_integer("num_valid_tokens");
@@ -192,11 +199,12 @@ void Recorder::do_record_topk_layers(std::span<const LayerTopk> layers,
 }
 
 void Recorder::record_topk(const TensorView& topk_ids, std::int64_t num_valid_tokens) {
-  record_topk(scope_layer_, topk_ids, num_valid_tokens);
+  record_topk(scope_layer_.load(std::memory_order_relaxed), topk_ids, num_valid_tokens);
 }
 
 void Recorder::record_local_counts(std::int64_t layer, const TensorView& counts,
                                    std::int64_t rank) {
+  std::lock_guard hooks(hook_mutex_);
   if (disabled_depth_ > 0) return;
   check_hook_layer(layer, "record_local_counts");
   MOESTAT_CHECK(options_.mode != RecordMode::kPerToken,
@@ -213,7 +221,7 @@ void Recorder::record_local_counts(std::int64_t layer, const TensorView& counts,
 }
 
 void Recorder::record_local_counts(const TensorView& counts, std::int64_t rank) {
-  record_local_counts(scope_layer_, counts, rank);
+  record_local_counts(scope_layer_.load(std::memory_order_relaxed), counts, rank);
 }
 
 LayerScope Recorder::layer_scope(std::int64_t layer) { return LayerScope(*this, layer); }
