@@ -1,13 +1,14 @@
 #include <cstdint>
 #include <moestat/printable.hpp>
+#include <moestat/utf8.hpp>
 
 namespace moestat {
 namespace {
 
 /// The length of the well-formed UTF-8 sequence at `text[at]` (2 to 4 bytes), or 0 when
-/// there is none: RFC 3629's table, so overlong forms, surrogates and code points above
-/// U+10FFFF are not sequences.
-std::size_t sequence_length(std::string_view text, std::size_t at) {
+/// there is none: RFC 3629's table, so overlong forms, surrogates (unless allowed) and code
+/// points above U+10FFFF are not sequences.
+std::size_t sequence_length(std::string_view text, std::size_t at, bool surrogates = false) {
   const auto byte = [&](std::size_t i) { return std::uint8_t(text[at + i]); };
   const std::uint8_t lead = byte(0);
   std::size_t length = 0;
@@ -17,8 +18,8 @@ std::size_t sequence_length(std::string_view text, std::size_t at) {
     length = 2;
   } else if (lead >= 0xe0 && lead <= 0xef) {
     length = 3;
-    if (lead == 0xe0) low = 0xa0;   // overlong below U+0800
-    if (lead == 0xed) high = 0x9f;  // surrogates U+D800..U+DFFF
+    if (lead == 0xe0) low = 0xa0;                  // overlong below U+0800
+    if (lead == 0xed && !surrogates) high = 0x9f;  // surrogates U+D800..U+DFFF
   } else if (lead >= 0xf0 && lead <= 0xf4) {
     length = 4;
     if (lead == 0xf0) low = 0x90;   // overlong below U+10000
@@ -46,6 +47,19 @@ void append_escaped(std::string& out, std::uint8_t byte) {
 }
 
 }  // namespace
+
+bool is_utf8(std::string_view bytes, bool allow_surrogates) {
+  for (std::size_t at = 0; at < bytes.size();) {
+    if (std::uint8_t(bytes[at]) < 0x80) {
+      ++at;
+      continue;
+    }
+    const std::size_t length = sequence_length(bytes, at, allow_surrogates);
+    if (length == 0) return false;
+    at += length;
+  }
+  return true;
+}
 
 std::string printable(std::string_view bytes) {
   std::string out;

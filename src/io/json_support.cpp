@@ -2,10 +2,98 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
+
+#include "read_budget.hpp"
 
 namespace moestat::io::detail {
 
-Json parse_json(std::string_view text) {
+namespace {
+
+// Bounds on a JSON text, checked before nlohmann builds it (docs/formats.md, "Bounds on hostile
+// files"): nesting (moestat's documents nest at most 4 deep; the .pt reader's bound), and the
+// memory of the document built, at most 16 times the text plus 1 MiB, as for .pt files.
+constexpr int kMaxDepth = 64;
+constexpr std::uint64_t kExpansion = 16;
+// What the document holds of each, charged as the scan meets it: a value, the heap string of
+// a string value, an object or array, and an object's member (a map node with its key). The
+// per-object set of keys (duplicates) is charged as a member again.
+constexpr std::uint64_t kValueBytes = sizeof(Json);
+constexpr std::uint64_t kStringBytes = 32;
+constexpr std::uint64_t kContainerBytes = 64;
+constexpr std::uint64_t kMemberBytes = 80;
+
+/// A SAX scan of the text before the document is built: refuses what nlohmann would accept
+/// but the reference readers refuse (a key twice in one object, where Python keeps the last
+/// value and Rust's serde refuses) and what would cost memory out of proportion (nesting
+/// beyond kMaxDepth, a document beyond the budget), and lists the top-level keys in document
+/// order (a map forgets it). A syntax error ends the scan quietly: the parse that follows
+/// says where and why. (A parser callback could do this in the DOM parse, but nlohmann's
+/// callback parser scans an object's members at the end of each child: quadratic.)
+class JsonGuard : public nlohmann::json_sax<Json> {
+ public:
+  JsonGuard(std::uint64_t text_bytes, std::vector<std::string>* top_level_keys)
+      : budget_(text_bytes, kExpansion), top_level_keys_(top_level_keys) {}
+
+  bool null() override { return value(0); }
+  bool boolean(bool) override { return value(0); }
+  bool number_integer(number_integer_t) override { return value(0); }
+  bool number_unsigned(number_unsigned_t) override { return value(0); }
+  bool number_float(number_float_t, const string_t&) override { return value(0); }
+  bool string(string_t& text) override { return value(kStringBytes + text.size()); }
+  bool binary(binary_t&) override { return value(0); }
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t& name) override {
+    budget_.spend(2 * (kMemberBytes + name.size()), "the JSON document");
+    std::set<std::string>& keys = objects_.back();
+    MOESTAT_CHECK(keys.insert(name).second,
+                  "not valid JSON here: the key \"{}\" appears twice in one object (one reader "
+                  "would take the first value, another the last)",
+                  name);
+    if (top_level_keys_ != nullptr && depth_ == 1) top_level_keys_->push_back(name);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool value(std::uint64_t heap_bytes) {
+    budget_.spend(kValueBytes + heap_bytes, "the JSON document");
+    return true;
+  }
+  bool open(bool object) {
+    MOESTAT_CHECK(++depth_ <= kMaxDepth,
+                  "not valid JSON here: arrays and objects nested more than {} deep", kMaxDepth);
+    budget_.spend(kValueBytes + kContainerBytes, "the JSON document");
+    if (object) objects_.emplace_back();
+    is_object_.push_back(object);
+    return true;
+  }
+  bool close() {
+    --depth_;
+    if (is_object_.back()) objects_.pop_back();
+    is_object_.pop_back();
+    return true;
+  }
+
+  ReadBudget budget_;
+  std::vector<std::string>* top_level_keys_;
+  int depth_ = 0;
+  std::vector<bool> is_object_;                 ///< per open container: an object?
+  std::vector<std::set<std::string>> objects_;  ///< the keys of each open object
+};
+
+Json parse_checked(std::string_view text, std::vector<std::string>* top_level_keys) {
+  // A NUL is not JSON anywhere (strings escape it), but would end nlohmann's input early.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    MOESTAT_FAIL("not valid JSON: a NUL byte at offset {}", nul);
+  }
+  JsonGuard guard(text.size(), top_level_keys);
+  Json::sax_parse(text, &guard);
   try {
     return Json::parse(text);
   } catch (const Json::exception& error) {
@@ -18,43 +106,12 @@ Json parse_json(std::string_view text) {
   }
 }
 
-namespace {
-
-/// Collects the keys of the top-level object as a SAX parse meets them. (A parser callback
-/// would do it in the DOM parse, but nlohmann's callback parser scans an object's members
-/// at the end of each child: quadratic.)
-struct TopLevelKeys : nlohmann::json_sax<Json> {
-  std::vector<std::string>& keys;
-  int depth = 0;
-
-  explicit TopLevelKeys(std::vector<std::string>& out) : keys(out) {}
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return ++depth, true; }
-  bool end_object() override { return --depth, true; }
-  bool start_array(std::size_t) override { return ++depth, true; }
-  bool end_array() override { return --depth, true; }
-  bool key(string_t& name) override {
-    if (depth == 1) keys.push_back(name);
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;
-  }
-};
-
 }  // namespace
 
+Json parse_json(std::string_view text) { return parse_checked(text, nullptr); }
+
 Json parse_json(std::string_view text, std::vector<std::string>& top_level_keys) {
-  Json out = parse_json(text);  // errors say where and why
-  TopLevelKeys keys(top_level_keys);
-  Json::sax_parse(text, &keys);
-  return out;
+  return parse_checked(text, &top_level_keys);
 }
 
 void require_object(const Json& document, std::string_view what) {

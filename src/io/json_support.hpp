@@ -19,7 +19,9 @@ using Json = nlohmann::json;
 /// Documents written: keys in insertion order, so files read top-down in a fixed order.
 using OrderedJson = nlohmann::ordered_json;
 
-/// Parses `text`; moestat::Error "not valid JSON: <where and why>" otherwise.
+/// Parses `text`; moestat::Error "not valid JSON: <where and why>" otherwise. Also refused,
+/// before the document is built: a NUL byte, a key twice in one object, nesting deeper than
+/// 64, and a document that would take more than 16 times the text plus 1 MiB of memory.
 Json parse_json(std::string_view text);
 /// Parses `text` as above and lists the keys of the top-level object in document order,
 /// which its map forgets.

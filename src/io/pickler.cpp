@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <moestat/error.hpp>
+#include <moestat/printable.hpp>
+#include <moestat/utf8.hpp>
 
 #include "pickle.hpp"
 
@@ -73,6 +75,10 @@ class Pickler {
   void save_str(std::string_view text) {
     MOESTAT_CHECK(text.size() <= std::numeric_limits<std::uint32_t>::max(),
                   "string of {} bytes is too long for a pickle", text.size());
+    // What the reader, and torch.load, refuse is never written.
+    MOESTAT_CHECK(is_utf8(text, /*allow_surrogates=*/true),
+                  "the string \"{}\" is not UTF-8, which a .pt file's strings must be",
+                  printable(text.substr(0, 64)));
     out_ += 'X';
     little(std::uint32_t(text.size()));
     out_ += text;

@@ -20,15 +20,27 @@ std::span<const std::byte> as_bytes(std::string_view text) {
   return std::as_bytes(std::span<const char>(text.data(), text.size()));
 }
 
-/// The folder holding data.pkl: torch names it after the file, or "archive".
+/// The folder holding data.pkl: torch names it after the file, or "archive". Every record
+/// must be under it, as torch.load requires (a record elsewhere would be read by one reader
+/// and not by another).
 std::string archive_prefix(const detail::ZipReader& zip) {
+  std::string prefix;
   for (const std::string& name : zip.names()) {
     const std::size_t slash = name.find('/');
     if (slash != std::string::npos && name.compare(slash, std::string::npos, "/data.pkl") == 0) {
-      return name.substr(0, slash + 1);
+      prefix = name.substr(0, slash + 1);
+      break;
     }
   }
-  MOESTAT_FAIL("a zip archive without a data.pkl record is not a torch.save file");
+  MOESTAT_CHECK(!prefix.empty(),
+                "a zip archive without a data.pkl record is not a torch.save file");
+  for (const std::string& name : zip.names()) {
+    MOESTAT_CHECK(name.starts_with(prefix),
+                  "the record {} is outside the archive's folder {} (torch.load refuses records "
+                  "under two top-level folders)",
+                  name, prefix);
+  }
+  return prefix;
 }
 
 /// Refuses bytes without a zip signature, saying whether they are a legacy torch.save file.
@@ -64,21 +76,34 @@ PtValue read_archive(std::span<const std::byte> bytes, const PtReadLimits& limit
   budget.spend(zip.size(pickle_name), "the pickle (data.pkl)");
   const std::vector<std::byte> pickle = zip.read(pickle_name, limits.max_pickle_bytes);
 
-  std::unordered_map<std::string, std::vector<std::byte>> storages;
+  struct Storage {
+    DType dtype;
+    std::int64_t numel;
+    std::vector<std::byte> bytes;
+  };
+  std::unordered_map<std::string, Storage> storages;
   const detail::StorageLoader load = [&](const detail::StorageRef& ref) {
     auto found = storages.find(ref.key);
-    if (found == storages.end()) {
+    if (found != storages.end()) {
+      // torch.load keeps the first declaration and reads the bytes as its type: counts that
+      // depend on which declaration a reader believes are refused.
+      const Storage& first = found->second;
+      MOESTAT_CHECK(first.dtype == ref.dtype && first.numel == ref.numel,
+                    "storage {} is declared twice, as {} elements of {} and as {} of {}", ref.key,
+                    first.numel, dtype_name(first.dtype), ref.numel, dtype_name(ref.dtype));
+    } else {
       const std::size_t element = dtype_size(ref.dtype);
       MOESTAT_CHECK(std::uint64_t(ref.numel) <= bytes.size() / element + 1,
                     "storage {} of {} elements is larger than the file", ref.key, ref.numel);
       // Every storage is kept until the end, however little of it a view uses.
       budget.spend(std::uint64_t(ref.numel) * element, "the tensor storages");
       found = storages
-                  .emplace(ref.key,
-                           zip.read(prefix + "data/" + ref.key, std::uint64_t(ref.numel) * element))
+                  .emplace(ref.key, Storage{ref.dtype, ref.numel,
+                                            zip.read(prefix + "data/" + ref.key,
+                                                     std::uint64_t(ref.numel) * element)})
                   .first;
     }
-    return std::span<const std::byte>(found->second);
+    return std::span<const std::byte>(found->second.bytes);
   };
   return detail::unpickle(pickle, load, budget, limits.max_depth);
 }

@@ -20,6 +20,10 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
+// A regular file that reports size 0 but has content is a pseudo-file (procfs, sysfs), which
+// may go on without end: it is read up to this much, far more than any of them holds.
+constexpr std::uint64_t kMaxSizelessFileBytes = std::uint64_t(16) << 20;
+
 }  // namespace
 
 std::string read_text_file(const std::filesystem::path& path) {
@@ -45,6 +49,7 @@ std::string read_text_file(const std::filesystem::path& path) {
   } catch (const std::bad_alloc&) {
     fail(fmt::format("not enough memory for its {} bytes", info.st_size));
   }
+  const std::uint64_t limit = info.st_size == 0 ? kMaxSizelessFileBytes : kMaxFileBytes;
   char buffer[1 << 16];
   for (;;) {
     const ssize_t got = ::read(fd, buffer, sizeof buffer);
@@ -54,7 +59,12 @@ std::string read_text_file(const std::filesystem::path& path) {
       fail(std::strerror(errno));
     }
     // A file that grows while it is read (a log being written) is held to the same bound.
-    if (out.size() + std::size_t(got) > kMaxFileBytes) fail("it grew past 4 GiB while read");
+    if (out.size() + std::size_t(got) > limit) {
+      fail(info.st_size == 0 ? fmt::format("it reports size 0 (a procfs or sysfs file?) but "
+                                           "holds more than {} MiB: not a file moestat reads",
+                                           kMaxSizelessFileBytes >> 20)
+                             : std::string("it grew past 4 GiB while read"));
+    }
     out.append(buffer, std::size_t(got));
   }
   ::close(fd);

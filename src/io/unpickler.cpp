@@ -20,6 +20,8 @@
 #include <cstring>
 #include <limits>
 #include <moestat/error.hpp>
+#include <moestat/printable.hpp>
+#include <moestat/utf8.hpp>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -183,7 +185,14 @@ class Unpickler {
     auto& list = items(container);
     list.insert(list.end(), values.begin(), values.end());
   }
-  std::uint32_t add_str(std::span<const std::byte> text) {
+  /// A str of a unicode opcode: UTF-8, which Python decodes with surrogates allowed and
+  /// refuses otherwise (torch.load fails on the file).
+  std::uint32_t add_unicode(std::span<const std::byte> text) {
+    const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
+    MOESTAT_CHECK(is_utf8(view, /*allow_surrogates=*/true),
+                  "the pickle holds a string that is not UTF-8 (\"{}\"), which torch.load "
+                  "refuses",
+                  printable(view.substr(0, 64)));
     charge(sizeof(std::string) + text.size());
     strings_.emplace_back(reinterpret_cast<const char*>(text.data()), text.size());
     return add(NodeKind::kStr, std::int64_t(strings_.size() - 1));
@@ -286,10 +295,10 @@ class Unpickler {
           break;
         }
         case 'X':  // BINUNICODE
-          push(add_str(take(little<std::uint32_t>())));
+          push(add_unicode(take(little<std::uint32_t>())));
           break;
         case 0x8c:  // SHORT_BINUNICODE
-          push(add_str(take(byte())));
+          push(add_unicode(take(byte())));
           break;
         case '}':  // EMPTY_DICT
           push(add_container(NodeKind::kDict));

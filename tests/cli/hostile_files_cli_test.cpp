@@ -105,12 +105,13 @@ TEST(CliEscapes, InspectShowsKeysAndStringsOfAFileEscaped) {
   const auto path = dir.path() / "keys.pt";
   const std::string key = "\x1b[2J\x1b]0;pwned\x07";
   io::write_pt_file(path,
-                    io::PtValue(io::PtDict{{io::PtValue(key), io::PtValue("\x1b[31mred\xff")},
+                    io::PtValue(io::PtDict{{io::PtValue(key), io::PtValue("\x1b[31mred\xc2\x9b")},
                                            {io::PtValue("plain"), io::PtValue(std::int64_t{1})}}));
   const CliRun text = run_cli("inspect " + quoted(path));
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_EQ(first_unprintable(text.out), -1) << text.out;
-  EXPECT_TRUE(contains(text.out, "[\"\\x1b[2J\\x1b]0;pwned\\x07\"]: str \"\\x1b[31mred\\xff\""))
+  EXPECT_TRUE(
+      contains(text.out, "[\"\\x1b[2J\\x1b]0;pwned\\x07\"]: str \"\\x1b[31mred\\xc2\\x9b\""))
       << text.out;
   EXPECT_TRUE(contains(text.out, "[\"plain\"]: int 1")) << text.out;
   const CliRun json = run_cli("inspect --json " + quoted(path));

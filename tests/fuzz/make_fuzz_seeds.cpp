@@ -75,9 +75,19 @@ void write_hostile_seeds(const std::filesystem::path& dir) {
   io::write_file_atomically(dir / "json" / "many_keys.json", keys + "}");
   io::write_file_atomically(dir / "json" / "escape.json",
                             "{\"\x1b[2J\x1b]0;pwned\x07\": [[1, 2]]}");
-  // safetensors: a header length past the end of the file.
+  // Nesting and repeated keys, which the JSON scan bounds and refuses (issue 29).
+  io::write_file_atomically(dir / "json" / "nested.json",
+                            std::string(60, '[') + "1" + std::string(60, ']'));
+  io::write_file_atomically(dir / "json" / "key_twice.json",
+                            R"({"logical_count": [[1]], "logical_count": [[2]]})");
+  // safetensors: a header length past the end of the file; an entry with two dtypes.
   io::write_file_atomically(dir / "safetensors" / "long_header.safetensors",
                             std::string("\xff\xff\xff\x00\x00\x00\x00\x00{}", 10));
+  const std::string two_dtypes =
+      R"({"t":{"dtype":"I64","dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  io::write_file_atomically(dir / "safetensors" / "two_dtypes.safetensors",
+                            std::string(1, char(two_dtypes.size())) + std::string(7, '\0') +
+                                two_dtypes + std::string(4, '\1'));
 }
 
 }  // namespace

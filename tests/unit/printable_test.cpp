@@ -4,6 +4,7 @@
 
 #include <moestat/error.hpp>
 #include <moestat/printable.hpp>
+#include <moestat/utf8.hpp>
 #include <string>
 
 namespace moestat {
@@ -65,6 +66,21 @@ TEST(Printable, ErrorMessagesAreEscaped) {
     EXPECT_EQ(error.message(), "key \"\\x1b]0;pwned\\x07\" in f\\xff.pt");
     EXPECT_TRUE(is_plain_ascii(error.what())) << error.what();
   }
+}
+
+TEST(Utf8, WellFormedTextOnly) {
+  EXPECT_TRUE(is_utf8(""));
+  EXPECT_TRUE(is_utf8("plain \n\t text"));
+  EXPECT_TRUE(is_utf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));  // é € 😀
+  for (const char* bad : {"\xff", "\xc0\xaf", "\xe0\x80\xaf", "\xc3", "\xf4\x90\x80\x80",
+                          "a\x80"
+                          "b"}) {
+    EXPECT_FALSE(is_utf8(bad)) << printable(bad);
+  }
+  // An encoded surrogate: not UTF-8, but what Python's pickle decodes ("surrogatepass").
+  EXPECT_FALSE(is_utf8("\xed\xa0\x80"));
+  EXPECT_TRUE(is_utf8("\xed\xa0\x80", /*allow_surrogates=*/true));
+  EXPECT_FALSE(is_utf8("\xff", /*allow_surrogates=*/true));
 }
 
 }  // namespace
