@@ -120,6 +120,24 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// Issue 29, item 5: "Value 0 not in range 0.000000 to 1797693..." (309 digits).
+TEST(Cli, ANumberOutOfItsRangeIsSaidInOneShortLine) {
+  for (const auto& [args, message] :
+       {std::pair{"plan --stats a.json --replicas 8 --gpus 0 --out p.json",
+                  "--gpus: must be greater than 0, got 0"},
+        std::pair{"eval --stats a.json --placement p.json --gpus -2",
+                  "--gpus: must be greater than 0, got -2"},
+        std::pair{"hot-experts --stats a.json --strategy uniform --per-layer -1 --out m.json",
+                  "--per-layer: must be 0 or more, got -1"}}) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 2) << run.err;
+    EXPECT_TRUE(contains(run.err, message)) << run.err;
+    EXPECT_FALSE(contains(run.err, "1797693")) << run.err;
+    EXPECT_LT(run.err.size(), 300u) << run.err;
+  }
+}
+
 TEST(Cli, HelpWithUnexpectedWordsIsAUsageError) {
   // Issue 17: these printed the top-level help and exited 0, hiding the mistake.
   for (const auto& [args, word] :

@@ -48,21 +48,21 @@ class AdviseCommand final : public Command {
                     "MoE seconds of one forward pass at balancedness 1 (every GPU as loaded as "
                     "the mean): a pass at served balancedness b takes this / b")
         ->required()
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--horizon", options_.horizon_passes,
                     "Passes the new placement is expected to serve before the next decision")
         ->required()
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--expert-bytes", options_.move_cost.bytes_per_expert,
                     "Bytes of one expert's weights in one layer; needs --link-bandwidth")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     sub->add_option("--link-bandwidth", link_gb_per_second_,
                     "GB/s (10^9 bytes per second) each GPU receives at: the transfer takes "
                     "--expert-bytes x (the most slots one GPU refills) / this")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--stall-per-expert", options_.move_cost.seconds_per_expert,
                     "Seconds of stall per refilled slot (adds to the transfer when both given)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     sub->add_option("--targets", options_.targets,
                     "Candidate plans: one movement-aware replan per target balancedness in "
                     "(0, 1], comma-separated; 1 is a full rebalance")

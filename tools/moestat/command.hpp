@@ -28,6 +28,12 @@ inline const CLI::Validator kFraction(
 /// subcommand has registered its options.
 void refuse_out_of_range_integers(CLI::App& app);
 
+/// Checks of a number option that say what is wrong in a line ("must be greater than 0, got
+/// 0"), where CLI11's PositiveNumber and NonNegativeNumber print the range of a double (a
+/// number of 309 digits). Text that is not a number is left to CLI11's conversion message.
+extern const CLI::Validator kPositive;
+extern const CLI::Validator kNonNegative;
+
 class Command {
  public:
   virtual ~Command() = default;

@@ -2,11 +2,14 @@
 // .safetensors, the input's format read from its contents and the output's from OUT's name.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <moestat/io/formats.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
+#include <vector>
 
 #include "command.hpp"
+#include "output_files.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -38,6 +41,8 @@ class ConvertCommand final : public Command {
 
   int run() override {
     io::format_of_extension(out_);  // an OUT that cannot be written fails before IN is read
+    const std::filesystem::path out_path(out_);
+    check_outputs({&out_path, 1}, std::vector<std::string>{in_});
     const io::StatisticsFile file = io::read_statistics_file(in_);
     io::write_statistics_file(out_, file);
     fmt::print("wrote {} ({}) from {}\n", out_, io::statistics_kind_name(io::statistics_kind(file)),

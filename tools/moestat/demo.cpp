@@ -202,7 +202,7 @@ class DemoCommand final : public Command {
         ->capture_default_str();
     // NOTE: CLI11 2.1 would wrap "-1" into 2^64 - 1 for an unsigned option; refuse it.
     sub->add_option("--seed", seed_, "Workload seed; the same seed writes the same files")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
     // The window holds every pass ([passes, L, P] counts), so the count is capped at
     // SGLang's default window of 1000 passes.

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "command.hpp"
+
 namespace moestat::cli {
 
 void add_deployment_options(CLI::App& command, plan::EplbConfig& deployment,
@@ -16,24 +18,24 @@ void add_deployment_options(CLI::App& command, plan::EplbConfig& deployment,
         if (options.required) {
           replicas->required()->check(CLI::Range(std::int64_t{1}, plan::kMaxReplicas));
         } else {
-          replicas->check(CLI::PositiveNumber)->capture_default_str();
+          replicas->check(kPositive)->capture_default_str();
         }
         break;
       }
       case DeploymentOption::kGroups:
         command.add_option("--groups", deployment.num_groups, std::string(help.groups))
-            ->check(CLI::PositiveNumber)
+            ->check(kPositive)
             ->capture_default_str();
         break;
       case DeploymentOption::kNodes:
         command.add_option("--nodes", deployment.num_nodes, std::string(help.nodes))
-            ->check(CLI::PositiveNumber)
+            ->check(kPositive)
             ->capture_default_str();
         break;
       case DeploymentOption::kGpus: {
         CLI::Option* gpus =
             command.add_option("--gpus", deployment.num_gpus, std::string(help.gpus))
-                ->check(CLI::PositiveNumber);
+                ->check(kPositive);
         if (options.required) {
           gpus->required();
         } else {

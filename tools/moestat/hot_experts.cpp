@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/plan/hot_experts.hpp>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "output_files.hpp"
 #include "plan_files.hpp"
 
 namespace moestat::cli {
@@ -32,7 +34,7 @@ class HotExpertsCommand final : public Command {
             CLI::IsMember({"uniform", "front-loading", "random", "frequency", "layer-balanced"}));
     CLI::Option_group* budget = sub->add_option_group("budget", "The GPU expert budget G");
     budget->add_option("--per-layer", per_layer_, "GPU experts per MoE layer: G = K x MoE layers")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     budget->add_option("--ratio", ratio_, "Share of all MoE experts: G = X x MoE layers x E")
         ->check(kFraction);
     budget->require_option(1);
@@ -52,6 +54,8 @@ class HotExpertsCommand final : public Command {
   }
 
   int run() override {
+    const std::filesystem::path out_path(out_);
+    check_outputs({&out_path, 1}, std::vector<std::string>{stats_});
     const plan::ExpertLoads loads = plan::loads_of(io::read_counts(stats_, io::Fractions::kKeep));
     const std::int64_t budget = per_layer_ ? plan::hot_expert_budget_per_layer(loads, *per_layer_)
                                            : plan::hot_expert_budget_ratio(loads, *ratio_);

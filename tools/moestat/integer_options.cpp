@@ -1,6 +1,7 @@
-// Integer options checked for range before CLI11 converts them.
+// Number options checked for range before CLI11 converts them.
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "command.hpp"
@@ -43,7 +44,26 @@ std::string base_type(const CLI::Option& option) {
   return name.substr(0, name.find(':'));
 }
 
+/// A validator refusing numbers for which `accept` is false with "must be <what>, got <text>".
+CLI::Validator number_check(std::function<bool(long double)> accept, const char* what,
+                            const char* name) {
+  return CLI::Validator(
+      [accept = std::move(accept), what](std::string& text) -> std::string {
+        const char* begin = text.c_str();
+        char* end = nullptr;
+        const long double value = std::strtold(begin, &end);
+        if (end == begin || *end != '\0') return "";  // not a number: CLI11 says so
+        return accept(value) ? "" : std::string("must be ") + what + ", got " + text;
+      },
+      name, name);  // the description is what --help shows after the type (UINT:POSITIVE)
+}
+
 }  // namespace
+
+const CLI::Validator kPositive =
+    number_check([](long double value) { return value > 0; }, "greater than 0", "POSITIVE");
+const CLI::Validator kNonNegative =
+    number_check([](long double value) { return value >= 0; }, "0 or more", "NONNEGATIVE");
 
 void refuse_out_of_range_integers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {

@@ -8,22 +8,35 @@
 
 namespace moestat::cli {
 
-void check_outputs(std::span<const std::filesystem::path> outputs) {
+namespace {
+
+/// Throws when `out` exists and is one of `ins`; returns whether `out` exists.
+bool refuse_input_as_output(const std::filesystem::path& out, std::span<const std::string> ins) {
+  struct stat written {};
+  if (::stat(out.c_str(), &written) != 0) return false;  // nothing there to lose
+  for (const std::string& in : ins) {
+    struct stat read {};
+    if (in.empty() || ::stat(in.c_str(), &read) != 0) continue;  // its reader names the problem
+    MOESTAT_CHECK(read.st_dev != written.st_dev || read.st_ino != written.st_ino,
+                  "{} is also an input ({}): the output must be another file", out.string(), in);
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_outputs(std::span<const std::filesystem::path> outputs,
+                   std::span<const std::string> inputs) {
   for (const std::filesystem::path& path : outputs) {
-    if (!path.empty()) io::check_output_path(path);
+    if (path.empty()) continue;
+    io::check_output_path(path);
+    refuse_input_as_output(path, inputs);
   }
 }
 
 void refuse_overwriting(const std::filesystem::path& out, std::span<const std::string> ins,
                         bool force) {
-  struct stat written {};
-  if (::stat(out.c_str(), &written) != 0) return;  // nothing there to lose
-  for (const std::string& in : ins) {
-    struct stat read {};
-    if (::stat(in.c_str(), &read) != 0) continue;  // its reader names the problem
-    MOESTAT_CHECK(read.st_dev != written.st_dev || read.st_ino != written.st_ino,
-                  "{} is also an input ({}): the output must be another file", out.string(), in);
-  }
+  if (!refuse_input_as_output(out, ins)) return;
   MOESTAT_CHECK(force,
                 "{} exists; give --force to replace it (the output comes first: moestat merge "
                 "OUT IN...)",

@@ -10,8 +10,12 @@
 namespace moestat::cli {
 
 /// io::check_output_path on every non-empty path, so that a command with several outputs
-/// fails before it writes the first.
-void check_outputs(std::span<const std::filesystem::path> outputs);
+/// fails before it writes the first; and moestat::Error when an output is one of `inputs`
+/// (the same file: device and inode, so a hard link or another spelling counts too), which
+/// writing it would destroy before or while it is read. Every command that writes calls it
+/// with everything it reads.
+void check_outputs(std::span<const std::filesystem::path> outputs,
+                   std::span<const std::string> inputs = {});
 
 /// Throws moestat::Error when `out` is one of `ins` (the same file: device and inode, so a
 /// link or another spelling counts too), whatever `force`; and when `out` exists and `force`

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/plan/cross_node.hpp>
@@ -17,6 +18,7 @@
 
 #include "command.hpp"
 #include "deployment_options.hpp"
+#include "output_files.hpp"
 #include "plan_files.hpp"
 
 namespace moestat::cli {
@@ -82,7 +84,7 @@ class PlanCommand final : public Command {
     sub->add_option("--cross-node-replicas", cross_node_,
                     "moestat, hierarchical: let up to K replicas per layer sit off their "
                     "group's node (reports the share of assignments they serve)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(kNonNegative)
         ->capture_default_str();
     sub->add_option(
            "--out", out_,
@@ -103,6 +105,10 @@ class PlanCommand final : public Command {
   }
 
   int run() override {
+    std::vector<std::string> inputs = stats_;
+    inputs.push_back(previous_);
+    const std::filesystem::path out(out_);
+    check_outputs({&out, 1}, inputs);
     // moestat's scenarios; and each file's total, which the reference plans on (one file:
     // its window summed, as SGLang sums it; several: their equal-weight sum).
     std::vector<plan::ExpertLoads> scenarios, totals;

@@ -116,7 +116,7 @@ class ReportCommand final : public Command {
     // Every output is checked, and every rendering made, before the first file is written:
     // an error writes nothing.
     const std::vector<std::filesystem::path> outputs{html_path_, png_path_};
-    check_outputs(outputs);
+    check_outputs(outputs, inputs());
     const report::Recording recording = report::load_recording(path_);
     // --png alone draws no GPU and needs no count; 1 divides every recording.
     options_.num_gpus = num_gpus_.value_or(1);
@@ -148,7 +148,7 @@ class ReportCommand final : public Command {
 
   int run_simulation() {
     const std::filesystem::path html_path(html_path_);
-    check_outputs({&html_path, 1});
+    check_outputs({&html_path, 1}, inputs());
     const report::Simulation simulation = report::load_simulation(simulation_path_);
     const std::string html = html_path_.empty() ? "" : report::render_simulation_html(simulation);
     const std::vector<report::Figure> figures = svg_dir_.empty()
@@ -171,7 +171,7 @@ class ReportCommand final : public Command {
         svg_paths.push_back(std::filesystem::path(svg_dir_) / names.back());
       }
       svg_dir.emplace(svg_dir_, names);
-      check_outputs(svg_paths);
+      check_outputs(svg_paths, inputs());
     }
     if (!html_path_.empty()) write(html_path_, html);
     for (const report::Figure& figure : figures) {
@@ -222,6 +222,15 @@ class ReportCommand final : public Command {
       return "nothing to write: give --html OUT and/or --svg DIR";
     }
     return "";
+  }
+
+  /// Every file the command reads: the recording or simulation, and each --placement file.
+  std::vector<std::string> inputs() const {
+    std::vector<std::string> files{path_, simulation_path_};
+    for (const std::string& value : placement_options_) {
+      files.push_back(split_placement_option(value).second);
+    }
+    return files;
   }
 
   std::string option_context() const {

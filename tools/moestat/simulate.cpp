@@ -73,7 +73,7 @@ class SimulateCommand final : public Command {
         ->capture_default_str();
     sub->add_option("--passes", options_.num_passes, "Passes of each scenario")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--scenario", only_,
                     "Replay only this scenario (steady, shift, alternate, tour, noisy-shift); "
                     "repeat for several");
@@ -90,20 +90,20 @@ class SimulateCommand final : public Command {
                     "MoE seconds of one pass at perfect balance; a pass at balancedness b (sum "
                     "over layers of mean / of max GPU load) takes this / b")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--bytes-per-expert", cost_.move_cost.bytes_per_expert,
                     "Bytes of one expert's weights in one layer (default: DeepSeek-V3's three "
                     "FP8 matrices)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     sub->add_option("--link-bytes-per-second", cost_.move_cost.link_bytes_per_second,
                     "Bytes per second each GPU receives; GPUs receive in parallel")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     sub->add_option("--seconds-per-expert", cost_.move_cost.seconds_per_expert,
                     "A fixed stall per moved expert, added to the transfer")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(kNonNegative);
     sub->add_option("--json", json_,
                     "Also write every policy's replay (per-block balancedness timeline, "
                     "rebalance passes) as JSON")
