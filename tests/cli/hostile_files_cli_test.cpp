@@ -119,6 +119,20 @@ TEST(CliEscapes, InspectShowsKeysAndStringsOfAFileEscaped) {
   EXPECT_EQ(first_unprintable(json.out), -1) << json.out;
 }
 
+// Issue 29, item 5: inspect called a mask of 0/1 integers "not a moestat document".
+TEST(CliMessages, InspectSaysWhatIsWrongWithAMaskOfIntegers) {
+  ScratchDir dir;
+  write_bytes(dir.path() / "mask.json", R"({"gpu_experts_masks": [[1, 0], [0, 1]]})");
+  const CliRun run = run_cli("inspect " + quoted(dir.path() / "mask.json"));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "gpu_experts_masks[0][0] is 1, expected true or false")) << run.err;
+  // A file of no kind at all is still told what kinds there are.
+  write_bytes(dir.path() / "other.json", R"({"x": 1})");
+  const CliRun other = run_cli("inspect " + quoted(dir.path() / "other.json"));
+  EXPECT_EQ(other.code, 1);
+  EXPECT_TRUE(contains(other.err, "not a moestat document")) << other.err;
+}
+
 TEST(CliEscapes, ErrorsQuoteNoRawByteOfTheFile) {
   ScratchDir dir;
   // Bytes that would clear the screen and set the title, then bytes that are not UTF-8.

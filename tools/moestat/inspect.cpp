@@ -406,8 +406,12 @@ class InspectCommand final : public Command {
     io::StatisticsFile file;
     try {
       file = io::read_statistics_file(detected);
-    } catch (const Error&) {
-      if (not_a_document) std::rethrow_exception(not_a_document);
+    } catch (const Error& statistics_error) {
+      // The statistics reader knows more kinds (expert masks): its error is the telling one,
+      // unless it only says the file is none of them, which the document error says better.
+      if (not_a_document && statistics_error.message().find("missing key") != std::string::npos) {
+        std::rethrow_exception(not_a_document);
+      }
       throw;
     }
     inspect(file, out);
