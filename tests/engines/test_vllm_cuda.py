@@ -13,6 +13,8 @@
    plans with moestat's policy and moves the expert weights to match the new map.
 """
 import os
+import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -37,6 +39,9 @@ except Exception as error:  # pragma: no cover - vLLM without its router modules
     pytest.skip(f"vLLM's router modules do not import: {error!r}", allow_module_level=True)
 
 import moestat  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import hf_step_cost  # noqa: E402 (bench/ is not a package): its CUDA graph capture
 from moestat.vllm import recording  # noqa: E402
 from moestat.vllm.eplb_policy import MoestatEplbPolicy  # noqa: E402
 
@@ -112,15 +117,7 @@ def test_a_captured_graph_records_what_vllm_routes_and_what_vllm_records(compile
     with torch.no_grad():
         # warm-up (and compilation) on a side stream, the recorder off: nothing is counted
         layers.num_unpadded.fill_(PADDED)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        graph = hf_step_cost.captured(step)
         # the ids each layer returns at every replay (the graph's own output tensors)
         returned = {layer: moe.routed[-1] for layer, moe in model.moe().items()}
 

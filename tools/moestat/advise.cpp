@@ -119,8 +119,7 @@ class AdviseCommand final : public Command {
   int run() override {
     if (!out_.empty()) {
       const std::vector<std::filesystem::path> outputs{out_};
-      check_outputs(outputs);
-      refuse_overwriting(out_, std::vector<std::string>{stats_, placement_}, /*force=*/true);
+      check_outputs(outputs, std::vector<std::string>{stats_, placement_});
     }
     MOESTAT_CHECK(options_.move_cost.bytes_per_expert == 0.0 || link_gb_per_second_ > 0.0,
                   "--expert-bytes needs --link-bandwidth");

@@ -127,10 +127,9 @@ class SimulateCommand final : public Command {
     const std::vector<fs::path> files = workload_files(data_);
     const fs::path json_path(json_);
     if (!json_.empty()) {
-      check_outputs({&json_path, 1});
       std::vector<std::string> inputs;
       for (const fs::path& f : files) inputs.push_back(f.string());
-      refuse_overwriting(json_path, inputs, /*force=*/true);
+      check_outputs({&json_path, 1}, inputs);
     }
     std::vector<plan::NamedLoads> workloads;
     for (const fs::path& f : files) {
