@@ -19,14 +19,10 @@ namespace moestat {
 /// The passes that reached a recorder's pass window from a given arrival on (as in
 /// PassesSince: the same arrivals, generation, rows and tallies), each reduced to its GPU loads
 /// and balancedness, with their logical counts summed. Physical slot p is on GPU p / (P / G).
-struct GpuLoadsSince : PassRows, RecordTallies {
+struct GpuLoadsSince : PassRows, RecordTallies, ArrivalRange {
   std::int64_t num_layers = 0;           ///< L
   std::int64_t num_logical_experts = 0;  ///< E
   std::int64_t num_gpus = 0;             ///< G
-
-  std::uint64_t generation = 0;    ///< As PassesSince::generation.
-  std::int64_t first_arrival = 0;  ///< As PassesSince::first_arrival.
-  std::int64_t missed_passes = 0;  ///< As PassesSince::missed_passes.
 
   /// [n, L, G] gpu_loads[(i * L + l) * G + g] means the token assignments of pass i's layer l
   /// to the slots on GPU g.

@@ -1,5 +1,6 @@
-// The two parts every view of recorded passes shares, declared once: what is known of each
-// pass besides its counts (PassRows) and what a recorder tallies (RecordTallies). Snapshot,
+// The parts views of recorded passes share, declared once: what is known of each pass besides
+// its counts (PassRows), what a recorder tallies (RecordTallies) and, for the reads that follow
+// a running recorder, where a read stands in its arrivals (ArrivalRange). Snapshot,
 // PassesSince, GpuLoadsSince, CountWindow and the CUDA recorder's reads of its ring are made
 // of them, so a new per-pass field or tally is added here and every view carries it.
 #pragma once
@@ -46,6 +47,26 @@ struct RecordTallies {
   const RecordTallies& tallies() const noexcept { return *this; }
 
   friend bool operator==(const RecordTallies&, const RecordTallies&) = default;
+};
+
+/// Where a read that follows a running recorder (Recorder::passes_since, gpu_loads_since)
+/// stands. Passes are numbered by their arrival in the pass window, from 0 after each start()
+/// or reset() (a pass the recorder dropped, RecordTallies::dropped_passes, never arrived).
+struct ArrivalRange {
+  /// Names the recorder's data since its latest start() or reset(): changes with each, so a
+  /// reader passes it back to continue, and a stale one reads from arrival 0 again.
+  std::uint64_t generation = 0;
+  /// Arrival number of the first row read.
+  std::int64_t first_arrival = 0;
+  /// Passes from the arrival asked for (0 in a new generation) on that had left the window
+  /// before this read: first_arrival minus that arrival.
+  std::int64_t missed_passes = 0;
+
+  /// The range of a view made of it, to copy it between views in one assignment.
+  ArrivalRange& arrival_range() noexcept { return *this; }
+  const ArrivalRange& arrival_range() const noexcept { return *this; }
+
+  friend bool operator==(const ArrivalRange&, const ArrivalRange&) = default;
 };
 
 }  // namespace moestat

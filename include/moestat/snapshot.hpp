@@ -56,23 +56,12 @@ struct Snapshot : PassRows, RecordTallies {
 
 /// The passes that reached a recorder's pass window from a given arrival on, for a reader
 /// that follows a running recorder (Recorder::passes_since) at a cost proportional to the new
-/// passes. Passes are numbered by their arrival in the window, from 0 after each start() or
-/// reset() (a pass the recorder dropped, Snapshot::dropped_passes, never arrived). The rows
-/// are those of snapshot() for the same arrivals; shapes as in Snapshot, with n rows; the
-/// tallies as Snapshot's.
-struct PassesSince : PassRows, RecordTallies {
+/// passes (ArrivalRange: how arrivals are numbered). The rows are those of snapshot() for the
+/// same arrivals; shapes as in Snapshot, with n rows; the tallies as Snapshot's.
+struct PassesSince : PassRows, RecordTallies, ArrivalRange {
   std::int64_t num_layers = 0;
   std::int64_t num_logical_experts = 0;
   std::int64_t num_physical_experts = 0;
-
-  /// Names the recorder's data since its latest start() or reset(): changes with each, so a
-  /// reader passes it back to continue, and a stale one reads from arrival 0 again.
-  std::uint64_t generation = 0;
-  /// Arrival number of the first row.
-  std::int64_t first_arrival = 0;
-  /// Passes from the arrival asked for (0 in a new generation) on that had left the window
-  /// before this read: first_arrival minus that arrival.
-  std::int64_t missed_passes = 0;
 
   std::vector<std::int64_t> logical_counts;   ///< [n, L, E]
   std::vector<std::int64_t> physical_counts;  ///< [n, L, P]

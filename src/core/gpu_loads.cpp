@@ -49,9 +49,7 @@ GpuLoadsSince gpu_loads_of(const PassesSince& passes, std::int64_t num_gpus) {
   out.num_layers = num_layers;
   out.num_logical_experts = passes.num_logical_experts;
   out.num_gpus = num_gpus;
-  out.generation = passes.generation;
-  out.first_arrival = passes.first_arrival;
-  out.missed_passes = passes.missed_passes;
+  out.arrival_range() = passes.arrival_range();
   out.pass_rows() = passes.pass_rows();
   out.tallies() = passes.tallies();
 
