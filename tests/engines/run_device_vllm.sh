@@ -22,9 +22,13 @@ build_python_package "$out" || exit 1
 
 echo "== vLLM 0.33.0 (Python sources) over the machine's torch"
 venv=${TMPDIR:-/tmp}/moestat-vllm-venv
+# The machine's python3 may itself be a virtual environment, whose packages a venv made with
+# --system-site-packages does not see: a .pth file puts them after the bundle's.
+machine_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 python3 -m venv --system-site-packages "$venv" &&
-  "$venv/bin/python" -m pip install -q --no-index --no-deps "$bundle"/wheels/*.whl &&
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+  echo "$machine_site" >"$site/zz-machine-site.pth" &&
+  "$venv/bin/python" -m pip install -q --no-index --no-deps "$bundle"/wheels/*.whl &&
   tar -xJf "$bundle/vllm-0.33.0-py.tar.xz" -C "$site" || exit 1
 "$venv/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
 

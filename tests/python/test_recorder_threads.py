@@ -25,7 +25,13 @@ CHILD = textwrap.dedent("""
     topology = moestat.ModelTopology(LAYERS, EXPERTS, TOP_K, ep_size=2)
     options = dict(mode=mode, window_size=32, per_token_capacity=1 << 19)
     if backend == "cuda":
+        import tempfile
         import torch
+        if mode == "per_token":
+            # The CUDA recorder drains tokens into a trace file; the first pass stages about
+            # a million tokens.
+            options.update(trace_path=tempfile.mkdtemp() + "/trace.bin",
+                           max_tokens_per_pass=1 << 21)
         recorder = moestat.CudaRecorder(topology, **options)
         recorder.set_stream(torch.cuda.current_stream().cuda_stream)
         to_device = lambda array: torch.from_numpy(array).cuda()
