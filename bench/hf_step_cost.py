@@ -8,7 +8,11 @@ shapes of Qwen3-30B-A3B (random bf16 weights), on one GPU, all in one process:
 each with recording off (no hooks), moestat (moestat.integrations.transformers with a
 CudaRecorder; also its graph replayed with the recorder stopped), and SGLang-style recording
 (a forward hook per router doing torch ops: mask the -1 ids, scatter_add_ into an int32
-[layers, experts] buffer, as SGLang's single-pass gatherer does). Variants are timed in turns,
+[layers, experts] buffer, as SGLang's single-pass gatherer does). Graphs also have "ids kept":
+hooks that hold the routers' ids to the pass's end as moestat does and record nothing, whose
+graph has moestat's memory layout without its kernels (at batch 1 the layout alone moves a
+step by about 1%, either way, docs/transformers.md); moestat's own work is what moestat adds
+beyond it. Variants are timed in turns,
 --rounds times; the table (bench/hf_step_table.py) gives what each adds to the step, round by
 round, as a median with its range, and says when that is within noise. --host-breakdown adds
 the host time spent in the recording hooks of the eager prefill (bench/hf_hook_timer.py).
@@ -29,6 +33,7 @@ import transformers
 
 import moestat
 from moestat.integrations import transformers as moestat_hf
+from moestat.integrations.forward_hooks import ForwardHooks
 
 import hf_step_table
 from hf_hook_timer import HookTimer
@@ -114,6 +119,26 @@ class SglangStyleRecording:
     def __exit__(self, *exc_info):
         for hook in self._hooks:
             hook.remove()
+
+
+class IdsKeptOnly(ForwardHooks):
+    """moestat's hooks without moestat: each router's top-k ids are held to the pass's end, as
+    moestat.torch_ops keeps them, and nothing is recorded. A graph captured with it has
+    moestat's memory layout (the held ids move every later allocation of the pass) and none of
+    its kernels, so it tells what moestat's own work adds from what the layout moves."""
+
+    def __init__(self, model):
+        super().__init__(model, moestat_hf.find_routers(model))
+        self._kept = []
+
+    def _begin_pass(self, model, args, kwargs):
+        self._kept = []
+
+    def _on_router(self, layer, router, args, output):
+        self._kept.append(output[moestat_hf._TOP_K_IDS])
+
+    def _end_pass(self, model, args, output):
+        self._kept = []
 
 
 def captured(step):
@@ -203,6 +228,7 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
             for variant, hooks in (("off", nothing),
                                    ("moestat", lambda: moestat_hf.attach(model, recorder)),
                                    ("sglang-style", lambda: SglangStyleRecording(model)),
+                                   ("ids kept", lambda: IdsKeptOnly(model)),
                                    ("off, recaptured", nothing)):
                 with hooks() as recording:
                     graph.setdefault(variant, []).append(captured(step))
@@ -220,6 +246,7 @@ def measure(model, recorder, step, graphs: bool, arguments) -> dict:
             "moestat": (lambda: moestat_recording(True), replay_each("moestat")),
             "moestat stopped": (lambda: moestat_recording(False), replay_each("moestat")),
             "sglang-style": (nothing, replay_each("sglang-style")),
+            "ids kept": (nothing, replay_each("ids kept")),
             "off, recaptured": (nothing, replay_each("off, recaptured")),
         }
         times = time_in_turns(runs, step, arguments)

@@ -11,13 +11,14 @@ then says so instead of dividing by noise; otherwise it gives the ratio of the m
 least ratio the rounds allow (SGLang-style's smallest over moestat's largest). "off
 recaptured" is the step without recording again, in graphs captured apart from those of "off":
 what it "adds" is what capturing alone moves the step by, the floor under which no variant's
-cost can be told.
+cost can be told. "ids kept" is moestat's memory layout without its kernels; "moestat beyond
+ids kept" is moestat minus it, round by round: what moestat's own work adds.
 """
 import json
 import statistics
 import sys
 
-VARIANTS = ("moestat", "moestat stopped", "sglang-style", "off, recaptured")
+VARIANTS = ("moestat", "moestat stopped", "sglang-style", "ids kept", "off, recaptured")
 
 
 def added(rounds: dict, variant: str) -> list:
@@ -38,6 +39,16 @@ def added_cell(rounds: dict, variant: str) -> str:
     return f"{middle:+.4f} ms ({percent:+.2f}%) [{min(extra):+.4f}, {max(extra):+.4f}]"
 
 
+def own_cell(rounds: dict) -> str:
+    """What moestat adds beyond its memory layout: moestat minus "ids kept", round by round."""
+    if "ids kept" not in rounds:
+        return "-"
+    extra = [ours - kept for ours, kept in zip(rounds["moestat"], rounds["ids kept"])]
+    middle = statistics.median(extra)
+    percent = 100 * middle / statistics.median(rounds["off"])
+    return f"{middle:+.4f} ms ({percent:+.2f}%) [{min(extra):+.4f}, {max(extra):+.4f}]"
+
+
 def ratio_cell(rounds: dict) -> str:
     moestat, sglang = added(rounds, "moestat"), added(rounds, "sglang-style")
     if within_noise(sglang):
@@ -52,13 +63,15 @@ def ratio_cell(rounds: dict) -> str:
 def step_table(rounds_by_step: dict, counts: dict) -> str:
     """rounds_by_step: {step: {variant: [ms per step, one per round]}}; counts: {step: check}."""
     lines = ["| step | off (ms) | moestat (ms) | moestat added [rounds] | moestat stopped added "
-             "[rounds] | SGLang-style added [rounds] | off recaptured added [rounds] | "
-             "SGLang-style / moestat | counts |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "[rounds] | SGLang-style added [rounds] | ids kept added [rounds] | off recaptured "
+             "added [rounds] | moestat beyond ids kept [rounds] | SGLang-style / moestat | "
+             "counts |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for step, rounds in rounds_by_step.items():
         cells = [step, f"{statistics.median(rounds['off']):.4f}",
                  f"{statistics.median(rounds['moestat']):.4f}",
-                 *(added_cell(rounds, variant) for variant in VARIANTS), ratio_cell(rounds),
+                 *(added_cell(rounds, variant) for variant in VARIANTS), own_cell(rounds),
+                 ratio_cell(rounds),
                  counts[step]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
