@@ -142,7 +142,7 @@ def test_detach_stops_recording_and_the_context_manager_detaches():
     assert recorder.snapshot().logical_counts.shape[0] == 2
 
 
-def test_a_forward_that_raises_is_discarded_and_the_next_records():
+def test_a_forward_that_raises_before_its_last_moe_layer_is_discarded_and_the_next_records():
     model = hf_models.tiny_model("olmoe")
     recorder = recorder_for(model)
     input_ids, attention_mask = hf_models.padded_batch()
@@ -152,17 +152,25 @@ def test_a_forward_that_raises_is_discarded_and_the_next_records():
         def fail(*args):
             raise RuntimeError("router failed")
 
-        # The last MoE layer raises: the layers before it were counted (kept) in the pass.
-        failing = routers[last_layer].register_forward_hook(fail)
+        # The last MoE layer's router raises: the layers before it were counted (kept) in
+        # the pass.
+        failing = routers[last_layer].register_forward_pre_hook(fail)
         with pytest.raises(RuntimeError, match="router failed"):
             model(input_ids, attention_mask=attention_mask)
         failing.remove()
         forwards = hf_models.router_logits_of_each_forward(model)
         model(input_ids, attention_mask=attention_mask)
+        # A forward that fails after its last MoE layer has routed every token: its pass
+        # is whole, and recorded.
+        failing = model.lm_head.register_forward_hook(fail)
+        with pytest.raises(RuntimeError, match="router failed"):
+            model(input_ids, attention_mask=attention_mask)
+        failing.remove()
     counts = recorder.snapshot().logical_counts
-    assert counts.shape[0] == 1, "the forward that raised is no pass"
-    np.testing.assert_array_equal(
-        counts[0], hf_models.tally(model, forwards[0], attention_mask.bool()))
+    assert counts.shape[0] == 2, "the forward that raised in a MoE layer is no pass"
+    for forward in range(2):
+        np.testing.assert_array_equal(
+            counts[forward], hf_models.tally(model, forwards[forward], attention_mask.bool()))
 
 
 def test_topology_from_config_marks_the_dense_layers():

@@ -11,8 +11,9 @@
 
 Every MoE layer of these models has a router module that returns ``(logits, weights,
 top_k_ids)``; a forward hook on it records the ids under the index of the decoder layer it
-sits in. Hooks on the model itself open a pass before each forward and close it after.
-Hooks call moestat's torch ops (``moestat.torch_ops``; eagerly, their implementation
+sits in. A pass opens at the first MoE layer's router and closes at the last one's (see
+RecordingHandle); hooks on the model itself find the padding rows before each forward and
+discard the pass of a forward that raised. Hooks call moestat's torch ops (``moestat.torch_ops``; eagerly, their implementation
 directly), so a model compiled with ``torch.compile(fullgraph=True)`` or captured in a CUDA
 graph records too (docs/transformers.md).
 """
@@ -97,7 +98,15 @@ def find_routers(model: torch.nn.Module) -> dict:
 
 
 class RecordingHandle(ForwardHooks):
-    """The hooks attach() put on a model; detach() (or leaving the with block) removes them."""
+    """The hooks attach() put on a model; detach() (or leaving the with block) removes them.
+
+    A forward's pass opens in the hook of its first MoE layer's router and closes in the hook
+    of its last one's, not in hooks on the model: torch.compile compiles hooks on the module it
+    compiles as graphs of their own, and under mode="reduce-overhead" CUDA graph trees warm up,
+    record and replay each graph on its own schedule (a recompiled forward warms up again while
+    the others replay), so a pass opened in one graph and recorded in another would find its
+    host side closed. Opened and closed among the routers, the whole pass is in the forward's
+    graph."""
 
     def __init__(self, model: torch.nn.Module, recorder: Recorder, routers: dict):
         self.model = model
@@ -107,6 +116,7 @@ class RecordingHandle(ForwardHooks):
         self._token = torch_ops.ordering_token(_device_of(model))
         # Per forward with padding: (the token rows, real ones first; how many are real).
         self._real_rows_first = None
+        self._pass_open = False  # between the first router's hook and the last one's
         super().__init__(model, routers)
 
     def detach(self) -> None:
@@ -115,10 +125,17 @@ class RecordingHandle(ForwardHooks):
 
     def _begin_pass(self, model, args, kwargs):
         self._real_rows_first = _real_rows_first(args, kwargs)
-        torch_ops.begin_pass(self._token, self._recorder_id)
 
     def _on_router(self, layer, router, args, output):
-        top_k_ids = output[_TOP_K_IDS]
+        if layer == self.layers[0]:
+            torch_ops.begin_pass(self._token, self._recorder_id)
+            self._pass_open = True
+        self._record(layer, output[_TOP_K_IDS])
+        if layer == self.layers[-1]:
+            self._pass_open = False
+            torch_ops.end_pass(self._token, self._recorder_id)
+
+    def _record(self, layer, top_k_ids):
         if self._real_rows_first is None:
             torch_ops.record_topk(self._token, self._recorder_id, layer, top_k_ids)
             return
@@ -131,12 +148,12 @@ class RecordingHandle(ForwardHooks):
 
     def _end_pass(self, model, args, output):
         self._real_rows_first = None
-        if output is None:
-            # torch calls an always_call hook with no output when the forward raised: a pass
-            # that did not finish is discarded, not committed with the layers it reached.
+        if self._pass_open:
+            # The forward raised between its first and last MoE layers (torch calls an
+            # always_call hook with no output then): the pass is discarded, not committed
+            # with the layers it reached.
+            self._pass_open = False
             torch_ops.abort_pass(self._token, self._recorder_id)
-            return
-        torch_ops.end_pass(self._token, self._recorder_id)
 
 
 def attach(model: torch.nn.Module, recorder: Recorder) -> RecordingHandle:
