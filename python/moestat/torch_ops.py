@@ -125,6 +125,13 @@ def record_topk(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: tor
         _keep(token, recorder_id, layer, topk_ids, num_valid_tokens)
 
 
+def record_topk_now(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                    num_valid_tokens: Optional[torch.Tensor] = None) -> None:
+    """Counts one layer's top-k ids at once, on the current stream, keeping nothing: for the
+    implementation of another module's op, which runs inside compiled code (see above)."""
+    _record(token, recorder_id, layer, topk_ids, num_valid_tokens)
+
+
 def end_pass(token: torch.Tensor, recorder_id: int) -> None:
     """Closes the open pass of the recorder."""
     if torch.compiler.is_compiling():

@@ -90,6 +90,73 @@ def test_padding_rows_are_left_out_through_vllms_num_unpadded_tokens():
     assert snapshot.pass_num_tokens.tolist() == [real for _, real in batches]
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
+    # vLLM's model runner fills ForwardContext.is_padding before every forward: padding rows
+    # last, and all of them for an idle data-parallel rank's dummy batch. Compiled, the mask
+    # is read by moestat_vllm::record_topk where it runs.
+    from vllm.forward_context import ForwardContext, override_forward_context
+
+    torch._dynamo.reset()
+    model = Model(seed=7)
+    recorder = new_recorder(model)
+    rng = torch.Generator().manual_seed(8)
+    batches = [(8, 5), (8, 8), (8, 0), (4, 1)]  # (padded to, real tokens); 0: a dummy batch
+    inputs = [torch.randn(padded, HIDDEN, generator=rng) for padded, _ in batches]
+    graph_ops = set()
+
+    def backend(graph_module, example_inputs):  # Dynamo's graph, run as it is
+        graph_ops.update(str(node.target) for node in graph_module.graph.nodes)
+        return graph_module.forward
+
+    with torch.no_grad(), recording.attach(model, recorder, passes=False) as handle:
+        forward = torch.compile(model.forward, fullgraph=True, backend=backend) \
+            if compiled else model.forward
+        for (padded, real), hidden in zip(batches, inputs):
+            context = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={},
+                                     is_padding=torch.arange(padded) >= real)
+            with override_forward_context(context):
+                handle.begin_pass()
+                forward(hidden)
+                handle.end_pass()
+    if compiled:
+        # The mask is read where the op runs, not traced into the graph: vLLM runs its
+        # compiled code with Dynamo's guards dropped, and shapes of the mask vary by batch.
+        assert "moestat_vllm.record_topk" in graph_ops, sorted(graph_ops)
+        # What the compiled forward appended to .routed is not the ids: route again.
+        for moe in model.moe().values():
+            moe.routed.clear()
+        with torch.no_grad():
+            for hidden in inputs:
+                model(hidden)
+    snapshot = recorder.snapshot()
+    for call, (padded, real) in enumerate(batches):
+        np.testing.assert_array_equal(snapshot.logical_counts[call], tally(model, call, real))
+    assert snapshot.pass_num_tokens.tolist() == [real for _, real in batches]
+
+
+def test_the_forward_contexts_mask_outranks_eplbs_count_left_from_the_step_before():
+    # A dummy batch: EplbState.prepare_forward does not run before it, so EPLB's count is the
+    # last step's; the model runner's is_padding marks every row padding.
+    from vllm.forward_context import ForwardContext, override_forward_context
+
+    eplb_state = EplbLayerState(
+        expert_load_view=torch.zeros(NUM_EXPERTS, dtype=torch.int64),
+        logical_to_physical_map=torch.arange(NUM_EXPERTS).unsqueeze(1),
+        logical_replica_count=torch.ones(NUM_EXPERTS, dtype=torch.int64),
+        should_record_tensor=torch.tensor(True),
+        num_unpadded_tokens_tensors=[torch.tensor(5, dtype=torch.int32)])
+    model = Model(eplb_state, seed=9)
+    recorder = new_recorder(model)
+    context = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={},
+                             is_padding=torch.ones(8, dtype=torch.bool))
+    with torch.no_grad(), recording.attach(model, recorder), override_forward_context(context):
+        model(torch.randn(8, HIDDEN))
+    snapshot = recorder.snapshot()
+    assert snapshot.logical_counts.sum() == 0
+    assert snapshot.pass_num_tokens.tolist() == [0]
+
+
 def test_a_forward_compiled_with_fullgraph_records_what_it_routes():
     torch._dynamo.reset()
     model = Model(seed=5)

@@ -29,14 +29,21 @@ Pass boundaries: a forward pre-hook and a forward hook on the module handed to `
 ``handle.end_pass()``), e.g. around ``EplbState.step``, which vLLM calls once after each
 forward but only with EPLB enabled.
 
-Padding: vLLM pads a batch to a CUDA graph's size, padding rows last. With EPLB enabled every
-router's ``eplb_state.num_unpadded_tokens_tensors[dbo_current_ubatch_id()]`` is a device
-int32 scalar that the model runner fills before each forward (``EplbState.prepare_forward``)
-at an address stable across graph replays: it is passed as ``num_valid_tokens``, so padding
-rows are not counted (what vLLM's own EPLB recording does). Without EPLB, eagerly, the forward
-context's ``is_padding`` mask is read when its length matches the router's rows; under
-torch.compile without EPLB every row counts (documented in docs/vllm.md).
+Padding: vLLM pads a batch to a CUDA graph's size, padding rows last, and is told which rows
+are real two ways, both device tensors at addresses stable across graph replays. The forward
+context's ``is_padding`` mask (True for padding rows) is filled in place before every forward,
+an idle data-parallel rank's dummy batch included (all padding); it counts where its length is
+the router's rows. Otherwise, with EPLB enabled, ``eplb_state.num_unpadded_tokens_tensors[
+dbo_current_ubatch_id()]`` (filled by ``EplbState.prepare_forward`` before each forward, not
+before a dummy batch; per micro-batch under dual-batch overlap) does. The count is passed as
+``num_valid_tokens``. Eagerly the capture function reads the mask; under torch.compile it calls
+``moestat_vllm::record_topk``, an op whose implementation reads it where the op runs, as vLLM's
+attention ops read their metadata (vLLM runs compiled code with Dynamo's guards dropped, and the
+mask's length varies by batch): inside a CUDA graph capture that enqueues the count of the
+mask's real rows, which each replay takes again from the mask.
 """
+
+from typing import Optional
 
 import torch
 
@@ -113,16 +120,21 @@ def topology_from_vllm_config(vllm_config, moe_layers=None, **topology_args) -> 
                          **topology_args)
 
 
-def _num_valid_tokens(router, topk_ids):
-    """A one-element int32 tensor: how many leading rows of topk_ids are real, or None."""
+def _eplb_num_valid_tokens(router):
+    """EPLB's one-element int32 count of the real leading rows, or None without EPLB."""
     eplb_state = getattr(router, "eplb_state", None)
     tensors = getattr(eplb_state, "num_unpadded_tokens_tensors", None)
-    if tensors is not None:
-        from vllm.v1.worker.ubatching import dbo_current_ubatch_id
-
-        return tensors[dbo_current_ubatch_id()].reshape(1)
-    if torch.compiler.is_compiling():
+    if tensors is None:
         return None
+    from vllm.v1.worker.ubatching import dbo_current_ubatch_id
+
+    return tensors[dbo_current_ubatch_id()].reshape(1)
+
+
+def _forward_context_num_valid_tokens(topk_ids):
+    """The real rows the forward context's is_padding mask counts (a one-element int32 tensor),
+    or None where there is no mask of topk_ids' rows. Padding rows come last (vLLM pads a batch
+    at its end)."""
     try:
         from vllm.forward_context import get_forward_context, is_forward_context_available
     except ImportError:
@@ -135,6 +147,27 @@ def _num_valid_tokens(router, topk_ids):
     return (~is_padding).sum(dtype=torch.int32).reshape(1)
 
 
+def _num_valid_tokens(topk_ids, eplb_valid):
+    """The forward context's count where its mask covers topk_ids' rows (it is filled for every
+    forward, dummy batches included, where EPLB's count is left from the step before), else
+    EPLB's (also per micro-batch), else None: every row counts."""
+    from_mask = _forward_context_num_valid_tokens(topk_ids)
+    return eplb_valid if from_mask is None else from_mask
+
+
+@torch.library.custom_op("moestat_vllm::record_topk", mutates_args=("token",))
+def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                    eplb_valid: Optional[torch.Tensor] = None) -> None:
+    """moestat::record_topk with the valid rows found where the op runs (_num_valid_tokens)."""
+    torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
+                              _num_valid_tokens(topk_ids, eplb_valid))
+
+
+@_record_topk_op.register_fake
+def _(token, recorder_id, layer, topk_ids, eplb_valid=None):
+    return None
+
+
 class _Capture:
     """The capture function of one router: records its logical ids under its layer."""
 
@@ -145,8 +178,13 @@ class _Capture:
 
     def __call__(self, topk_ids: torch.Tensor) -> None:
         handle = self.handle
+        eplb_valid = _eplb_num_valid_tokens(self.router)
+        if torch.compiler.is_compiling():
+            torch.ops.moestat_vllm.record_topk(handle._token, handle._recorder_id, self.layer,
+                                               topk_ids, eplb_valid)
+            return
         torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
-                              _num_valid_tokens(self.router, topk_ids))
+                              _num_valid_tokens(topk_ids, eplb_valid))
 
 
 class RecordingHandle:

@@ -32,9 +32,9 @@ is added. The sum is over vLLM's world
 group on its CPU (gloo) group; ranks that recorded fewer passes are padded with empty passes at
 the start. Every worker must take part in a dump, as ``collective_rpc`` makes them.
 
-Not counted apart: the dummy batches that idle data-parallel ranks run to keep in step with
-the others (vLLM's ``execute_dummy_batch``), and, without ``--enable-eplb`` under CUDA graphs,
-the rows vLLM pads a batch with (see docs/vllm.md).
+The dummy batches that idle data-parallel ranks run to keep in step with the others (vLLM's
+``execute_dummy_batch``) and the rows vLLM pads a batch with are not counted (recording.py: the
+forward context's padding mask); a dummy batch is a pass of no tokens.
 """
 
 import logging
