@@ -98,8 +98,9 @@ def main() -> None:
             print(f"{name}: {len(kernels)} kernels in one replay, "
                   f"{sum(event.device_time for event in kernels):.1f} us of kernel time")
             for event in kernels:
-                if name == "moestat" and event.name.split("(")[0].find("moestat::") >= 0:
-                    print(f"  {event.device_time:6.2f} us  {event.name.split('(')[0]}")
+                kernel = event.name.replace("(anonymous namespace)::", "").split("(")[0]
+                if name == "moestat" and "moestat::" in kernel:
+                    print(f"  {event.device_time:6.2f} us  {kernel}")
 
 
 if __name__ == "__main__":
