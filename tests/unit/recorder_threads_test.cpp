@@ -25,12 +25,7 @@ constexpr int kPassesPerThread = 150;
 constexpr int kSharedCalls = 100;  // per thread, into the one pass
 
 ModelTopology threads_topology() {
-  ModelTopology topology;
-  topology.num_layers = kLayers;
-  topology.moe_layers = std::vector<bool>(kLayers, true);
-  topology.num_logical_experts = kExperts;
-  topology.num_physical_experts = kExperts;
-  topology.top_k = kTopK;
+  ModelTopology topology = ModelTopology::uniform(kLayers, kExperts, kTopK);
   topology.ep_size = 2;
   return topology;
 }
