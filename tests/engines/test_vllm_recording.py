@@ -10,6 +10,8 @@ The model is vllm_stand_in_model.py's; the layer index comes from vLLM's extract
 
 Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
 """
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -133,6 +135,35 @@ def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
     for call, (padded, real) in enumerate(batches):
         np.testing.assert_array_equal(snapshot.logical_counts[call], tally(model, call, real))
     assert snapshot.pass_num_tokens.tolist() == [real for _, real in batches]
+
+
+def test_the_mask_is_counted_once_per_pass_not_once_per_layer():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from vllm.forward_context import ForwardContext, override_forward_context
+
+    class CountSums(TorchDispatchMode):
+        sums = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket is torch.ops.aten.sum:
+                CountSums.sums += 1
+            return func(*args, **(kwargs or {}))
+
+    assert len(MOE_LAYERS) > 1
+    model = Model(seed=10)
+    recorder = new_recorder(model)
+    context = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={},
+                             is_padding=torch.arange(6) >= 4)
+    sums = []
+    with torch.no_grad(), recording.attach(model, recorder):
+        for masked in (False, True, True):
+            CountSums.sums = 0
+            with CountSums(), (override_forward_context(context) if masked
+                               else contextlib.nullcontext()):
+                model(torch.randn(6, HIDDEN))
+            sums.append(CountSums.sums)
+    assert sums[1] - sums[0] == 1 and sums[2] == sums[1], sums
+    assert recorder.snapshot().pass_num_tokens.tolist() == [6, 4, 4]
 
 
 def test_the_forward_contexts_mask_outranks_eplbs_count_left_from_the_step_before():

@@ -13,9 +13,10 @@ Every MoE layer of these models has a router module that returns ``(logits, weig
 top_k_ids)``; a forward hook on it records the ids under the index of the decoder layer it
 sits in. A pass opens at the first MoE layer's router and closes at the last one's (see
 RecordingHandle); hooks on the model itself find the padding rows before each forward and
-discard the pass of a forward that raised. Hooks call moestat's torch ops (``moestat.torch_ops``; eagerly, their implementation
-directly), so a model compiled with ``torch.compile(fullgraph=True)`` or captured in a CUDA
-graph records too (docs/transformers.md).
+discard the pass of a forward that raised. Hooks call moestat's torch ops
+(``moestat.torch_ops``; eagerly, their implementation directly), so a model compiled with
+``torch.compile(fullgraph=True)`` or captured in a CUDA graph records too
+(docs/transformers.md).
 """
 
 import re

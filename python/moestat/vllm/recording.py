@@ -144,7 +144,21 @@ def _forward_context_num_valid_tokens(topk_ids):
     is_padding = getattr(get_forward_context(), "is_padding", None)
     if not isinstance(is_padding, torch.Tensor) or is_padding.shape[0] != topk_ids.shape[0]:
         return None
-    return (~is_padding).sum(dtype=torch.int32).reshape(1)
+    global _mask_count
+    if _mask_count is None or _mask_count[0] is not is_padding:
+        _mask_count = (is_padding, (~is_padding).sum(dtype=torch.int32).reshape(1))
+    return _mask_count[1]
+
+
+# (the forward context's is_padding mask, its real rows): counted at the pass's first layer and
+# shared by the others, not two kernels per layer; forgotten when a pass begins, since vLLM
+# refills the mask in place.
+_mask_count = None
+
+
+def _forget_mask_count() -> None:
+    global _mask_count
+    _mask_count = None
 
 
 def _num_valid_tokens(topk_ids, eplb_valid):
@@ -209,6 +223,7 @@ class RecordingHandle:
             ]
 
     def begin_pass(self) -> None:
+        _forget_mask_count()
         torch_ops.begin_pass(self._token, self._recorder_id)
 
     def end_pass(self) -> None:
