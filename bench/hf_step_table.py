@@ -21,29 +21,21 @@ import sys
 VARIANTS = ("moestat", "moestat stopped", "sglang-style", "ids kept", "off, recaptured")
 
 
-def added(rounds: dict, variant: str) -> list:
-    """ms the variant added to the step with recording off, round by round."""
-    return [time - off for time, off in zip(rounds[variant], rounds["off"])]
+def added(rounds: dict, variant: str, baseline: str = "off") -> list:
+    """ms the variant added to the baseline (the step with recording off), round by round."""
+    return [time - base for time, base in zip(rounds[variant], rounds[baseline])]
 
 
 def within_noise(extra: list) -> bool:
     return min(extra) <= 0
 
 
-def added_cell(rounds: dict, variant: str) -> str:
-    if variant not in rounds:
+def added_cell(rounds: dict, variant: str, baseline: str = "off") -> str:
+    """What the variant adds to the baseline: median over the rounds, in ms and as a share of
+    the step with recording off, and the rounds' range; "-" where either was not measured."""
+    if variant not in rounds or baseline not in rounds:
         return "-"
-    extra = added(rounds, variant)
-    middle = statistics.median(extra)
-    percent = 100 * middle / statistics.median(rounds["off"])
-    return f"{middle:+.4f} ms ({percent:+.2f}%) [{min(extra):+.4f}, {max(extra):+.4f}]"
-
-
-def own_cell(rounds: dict) -> str:
-    """What moestat adds beyond its memory layout: moestat minus "ids kept", round by round."""
-    if "ids kept" not in rounds:
-        return "-"
-    extra = [ours - kept for ours, kept in zip(rounds["moestat"], rounds["ids kept"])]
+    extra = added(rounds, variant, baseline)
     middle = statistics.median(extra)
     percent = 100 * middle / statistics.median(rounds["off"])
     return f"{middle:+.4f} ms ({percent:+.2f}%) [{min(extra):+.4f}, {max(extra):+.4f}]"
@@ -70,7 +62,8 @@ def step_table(rounds_by_step: dict, counts: dict) -> str:
     for step, rounds in rounds_by_step.items():
         cells = [step, f"{statistics.median(rounds['off']):.4f}",
                  f"{statistics.median(rounds['moestat']):.4f}",
-                 *(added_cell(rounds, variant) for variant in VARIANTS), own_cell(rounds),
+                 *(added_cell(rounds, variant) for variant in VARIANTS),
+                 added_cell(rounds, "moestat", baseline="ids kept"),
                  ratio_cell(rounds),
                  counts[step]]
         lines.append("| " + " | ".join(cells) + " |")
