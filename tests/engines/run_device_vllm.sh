@@ -30,6 +30,12 @@ python3 -m venv --system-site-packages "$venv" &&
   echo "$machine_site" >"$site/zz-machine-site.pth" &&
   "$venv/bin/python" -m pip install -q --no-index --no-deps "$bundle"/wheels/*.whl &&
   tar -xJf "$bundle/vllm-0.33.0-py.tar.xz" -C "$site" || exit 1
+# vLLM's compiled kernels are built for another torch (2.14.1) and are not in the bundle, but
+# vllm/platforms/cuda.py imports vllm._C_stable_libtorch when it loads. An empty module lets it
+# load; the kernels' ops stay unregistered, so a path that needed one fails loudly
+# (torch.ops._C has no such op). vLLM's own import_kernels already tolerates their absence.
+echo "# stands in for vLLM's compiled kernels (run_device_vllm.sh)" \
+  >"$site/vllm/_C_stable_libtorch.py" || exit 1
 "$venv/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
 
 echo "== moestat.vllm GPU tests"
