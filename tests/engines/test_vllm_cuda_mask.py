@@ -38,9 +38,7 @@ import vllm_harness  # noqa: E402,F401 - vLLM's modules, or a skip
 
 try:
     from vllm.forward_context import ForwardContext, override_forward_context
-    from vllm.model_executor.layers.fused_moe.router.router_factory import (
-        create_fused_moe_router)
-    from vllm_stand_in_model import HIDDEN, NUM_EXPERTS, NUM_LAYERS, TOP_K, Model
+    from vllm_stand_in_model import HIDDEN, NUM_EXPERTS, NUM_LAYERS, TOP_K, Model, make_router
 except Exception as error:  # pragma: no cover - vLLM without its router modules' imports
     pytest.skip(f"vLLM's router modules do not import: {error!r}", allow_module_level=True)
 
@@ -55,21 +53,10 @@ PADDED = 8                  # the captured batch
 REAL_TOKENS = [5, 8, 0, 1]  # what each replay's batch really holds; 0: a dummy batch
 
 
-def router(layer):
-    """vLLM's routers as vllm_stand_in_model.make_router builds them, on the GPU, no EPLB."""
-    if layer == 2:  # DeepSeek-style: grouped top-k, sigmoid scores, correction bias
-        return create_fused_moe_router(
-            top_k=TOP_K, global_num_experts=NUM_EXPERTS, use_grouped_topk=True,
-            num_expert_group=4, topk_group=2, scoring_func="sigmoid",
-            e_score_correction_bias=torch.linspace(-0.1, 0.1, NUM_EXPERTS, device=DEVICE))
-    return create_fused_moe_router(top_k=TOP_K, global_num_experts=NUM_EXPERTS,
-                                   renormalize=layer != 4)
-
-
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "inductor"])
 def test_a_captured_graph_counts_the_real_rows_of_the_mask_refilled_in_place(compiled):
     torch._dynamo.reset()
-    model = Model(seed=7, router=router).to(DEVICE)
+    model = Model(seed=7, router=lambda layer: make_router(layer, device=DEVICE)).to(DEVICE)
     recorder = moestat.CudaRecorder(recording.topology_from_model(model, NUM_LAYERS))
     handle = recording.attach(model, recorder, passes=False)
     forward = torch.compile(model.forward, fullgraph=True) if compiled else model.forward

@@ -15,13 +15,14 @@ NUM_LAYERS, NUM_EXPERTS, TOP_K, HIDDEN = 5, 16, 4, 8
 MOE_LAYERS = (1, 2, 4)  # decoder layers 0 and 3 dense
 
 
-def make_router(layer, eplb_state=None):
-    """vLLM's router from its factory; the layers route by different schemes."""
+def make_router(layer, eplb_state=None, device=None):
+    """vLLM's router from its factory; the layers route by different schemes. device: where
+    the correction bias lives (the model's device)."""
     if layer == 2:  # DeepSeek-style: grouped top-k, sigmoid scores, correction bias
         return create_fused_moe_router(
             top_k=TOP_K, global_num_experts=NUM_EXPERTS, use_grouped_topk=True,
             num_expert_group=4, topk_group=2, scoring_func="sigmoid",
-            e_score_correction_bias=torch.linspace(-0.1, 0.1, NUM_EXPERTS),
+            e_score_correction_bias=torch.linspace(-0.1, 0.1, NUM_EXPERTS, device=device),
             eplb_state=eplb_state)
     return create_fused_moe_router(top_k=TOP_K, global_num_experts=NUM_EXPERTS,
                                    renormalize=layer != 4, eplb_state=eplb_state)
