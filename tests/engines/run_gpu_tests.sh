@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine: builds the Python package and the GPU test binary there, then runs the
-# GPU recorder tests, the CUDA tests of the Python package and the engine tests (the
-# differential test against SGLang's recorder with CUDA graphs; the transformers models).
+# GPU recorder tests, the CUDA tests of the Python package (the CUDA recorder fed from eight
+# threads included) and the engine tests (the differential test against SGLang's recorder with
+# CUDA graphs; the transformers models). tests/device_all.sh runs it with the vLLM suite.
 #
 # The build is configured with MOESTAT_BUILD_REPORT=OFF: the GPU tests and the Python package
 # link neither the report layer nor the CLI, so librsvg, Cairo and CLI11 are not needed (the
@@ -54,7 +55,7 @@ tail -n 2 "$out/sanitizer.log"
 echo "== Python package and engine tests on CUDA"
 export PYTHONPATH="$PWD/build-gpu/python${PYTHONPATH:+:$PYTHONPATH}" MOESTAT_SHARED="$PWD/../shared"
 python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda.py \
-  tests/engines/test_sglang_cuda.py tests/engines/test_sglang_differential.py \
+  tests/python/test_recorder_threads.py tests/engines/test_sglang_cuda.py tests/engines/test_sglang_differential.py \
   -k "not ranks_over_gloo and not tensor_parallel" \
   tests/engines/test_transformers_cuda.py tests/engines/test_hf_step_cost.py 2>&1 |
   tee "$out/pytest.log" | tail -n 25

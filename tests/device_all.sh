@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs on a bare GPU machine, in one call: the GPU recorder tests and the CUDA tests of the
+# Python package and the engines (tests/engines/run_gpu_tests.sh), then moestat.vllm's GPU
+# tests against vLLM's own Python code (tests/engines/run_device_vllm.sh). The route suite
+# needs a binary built here with nvcc and runs on its own (tests/routes/run_device_routes.sh).
+#
+# Usage: tests/device_all.sh OUT_DIR PREPARED
+#   PREPARED: made by tests/device_prepare.sh where Debian's packages and PyPI are reachable.
+# Each suite's summary goes to standard output; their logs are packed into OUT_DIR/logs.tar.gz
+# (the device tool brings back at most 8 files).
+set -uo pipefail
+out=$1
+prepared=$(realpath "$2")
+logs=$(mktemp -d)
+status=0
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__)'
+c++ --version | head -n 1
+
+echo "=== recorder, Python package and engine tests"
+tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
+echo "=== vLLM"
+tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" "$logs/vllm" "$prepared/deps" || status=1
+
+mkdir -p "$out"
+tar -czf "$out/logs.tar.gz" -C "$logs" .
+echo "=== device_all: exit status $status"
+exit $status

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run here, where Debian's packages and PyPI are reachable (after scripts/setup.sh
+# --with-engines): makes in .deps/device what one call on a bare GPU machine needs, for
+# tests/device_all.sh there.
+#   .deps/device/deps         the library dependencies of the GPU build (fmt, nlohmann-json,
+#                             libzip, GoogleTest/GoogleMock, rapidcheck, pkgconf) as extracted
+#                             Debian packages, without their documentation (tests/device_deps.sh)
+#   .deps/device/vllm-bundle  vLLM 0.33.0's Python sources and the wheels it imports
+#                             (tests/engines/vllm_device_bundle.sh)
+# The device tool carries at most 64 MiB with the working tree; the script prints the size.
+# Then, on the device: tests/device_all.sh "$OUT" .deps/device   (carry: .deps/device)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=.deps/device
+rm -rf "$dest"
+mkdir -p "$dest/debs"
+
+packages=(libfmt-dev libfmt9 nlohmann-json3-dev libzip-dev libzip4 libgtest-dev libgmock-dev
+  librapidcheck-dev pkgconf pkgconf-bin libpkgconf3)
+(cd "$dest/debs" && apt-get download -qq "${packages[@]}")
+for deb in "$dest"/debs/*.deb; do dpkg -x "$deb" "$dest/deps"; done
+rm -rf "$dest/debs" "$dest/deps/usr/share/doc" "$dest/deps/usr/share/man"
+
+tests/engines/vllm_device_bundle.sh "$dest/vllm-bundle"
+du -sh "$dest" "$dest"/*
