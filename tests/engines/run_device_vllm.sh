@@ -6,9 +6,10 @@
 # vLLM's CUDA platform imports vLLM's compiled kernels when it loads (vllm._C_stable_libtorch,
 # and the ops its modules call at import), which the bundle does not hold: they are built
 # against the torch vLLM 0.33.0 pins (2.14.0), and with vLLM's flash-attention kernels (about
-# 600 MB) exceed what can be carried to the machine. Where they are absent test_vllm_cuda.py
-# skips and says so; test_vllm_cuda_mask.py runs vLLM's Python under its CPU platform with CUDA
-# tensors.
+# 600 MB) exceed what can be carried to the machine. Where they are absent both tests run vLLM's
+# Python under its CPU platform with CUDA tensors (tests/engines/vllm_gpu_platform.py), with
+# vLLM's Triton EPLB kernel; test_vllm_cuda.py's async EplbState, which needs the CUDA
+# platform's communicators, skips and says so.
 #
 # Usage: tests/engines/run_device_vllm.sh BUNDLE OUT_DIR [DEPS_PREFIX]
 #   BUNDLE: made by tests/engines/vllm_device_bundle.sh where PyPI is reachable (vLLM's

@@ -11,6 +11,13 @@
    returned, mapped back to logical experts, and their sum vLLM's own recorded load.
 2. vLLM's EplbState on the GPU in async mode (its default) over a one-process NCCL world: it
    plans with moestat's policy and moves the expert weights to match the new map.
+
+Where vLLM's compiled kernels do not load (they are built for the torch vLLM pins), vLLM's
+CUDA platform does not either: vllm_gpu_platform.select() then runs vLLM under its CPU
+platform with the tensors on the GPU and vLLM's own Triton EPLB kernel defined as its CUDA
+platform defines it, so 1 runs; 2, whose EplbState moves weights through the CUDA platform's
+communicators, is skipped and says so. Run in a pytest process of its own (run_device_vllm.sh):
+vLLM keeps one platform per process.
 """
 import os
 import pathlib
@@ -23,8 +30,12 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cuda")
 os.environ.setdefault("VLLM_USE_FUSED_MOE_GROUPED_TOPK", "0")  # grouped top-k in torch
+try:
+    import vllm_gpu_platform
+    PLATFORM = vllm_gpu_platform.select()  # before any other vLLM module reads the platform
+except Exception as error:  # pragma: no cover - vLLM absent
+    pytest.skip(f"vLLM's platforms do not import: {error!r}", allow_module_level=True)
 
 import vllm_harness  # noqa: E402 - vLLM's modules, or a skip
 from vllm_harness import restore_policies, installed_entry_point  # noqa: E402,F401 - fixtures
@@ -152,6 +163,9 @@ def test_a_captured_graph_records_what_vllm_routes_and_what_vllm_records(compile
 @pytest.fixture
 def vllm_nccl_world(tmp_path):
     """vLLM's parallel state over a one-process NCCL world, EPLB on in its default async mode."""
+    if PLATFORM != "cuda":
+        pytest.skip("vLLM's EplbState moves weights through its CUDA platform's communicators, "
+                    "which import vLLM's compiled kernels: absent here")
     from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import parallel_state
 

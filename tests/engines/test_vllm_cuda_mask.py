@@ -11,8 +11,8 @@ moestat_vllm::record_topk reads the mask as it runs).
 vLLM's Python runs here under its CPU platform on purpose: its CUDA platform imports vLLM's
 compiled kernels when it loads, and those load only against the torch vLLM 0.33.0 pins
 (run_device_vllm.sh). The routers' top-k is the same torch code on either platform; the
-recording under test is moestat's. test_vllm_cuda.py covers vLLM's CUDA platform and Triton
-kernel where they import. Run in a pytest process of its own: vLLM keeps one platform per
+recording under test is moestat's. test_vllm_cuda.py covers EPLB's Triton kernel in the same
+graph. Run in a pytest process of its own: vLLM keeps one platform per
 process.
 """
 import os
@@ -28,11 +28,10 @@ if not torch.cuda.is_available():
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 try:
-    import vllm.platforms
-    from vllm.platforms.cpu import CpuPlatform
+    import vllm_gpu_platform
+    vllm_gpu_platform.use_cpu_platform()  # before any other vLLM module reads it
 except Exception as error:  # pragma: no cover - vLLM absent
     pytest.skip(f"vLLM's platforms do not import: {error!r}", allow_module_level=True)
-vllm.platforms._current_platform = CpuPlatform()  # before any vLLM module reads it
 
 import vllm_harness  # noqa: E402,F401 - vLLM's modules, or a skip
 
