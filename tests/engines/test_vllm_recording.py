@@ -137,6 +137,45 @@ def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
     assert snapshot.pass_num_tokens.tolist() == [real for _, real in batches]
 
 
+def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_find_is_a_fault(
+        monkeypatch, caplog):
+    # Every rank routes the rows vLLM's dispatcher gathered from its group; this one counts its
+    # own chunk, where the dispatcher's sizes put it (test_vllm_worker.py runs vLLM's real
+    # dispatcher over two processes). Here a stand-in dispatcher: rank 1 of [3, 4] rows.
+    import types
+
+    from vllm.distributed import parallel_state
+
+    dispatcher = types.SimpleNamespace(
+        _get_comm_group=lambda sequence_parallel: types.SimpleNamespace(world_size=2,
+                                                                        rank_in_group=1),
+        _get_sizes=lambda rows, group: [3, 4])
+    group = types.SimpleNamespace(
+        device_communicator=types.SimpleNamespace(all2all_manager=dispatcher))
+    monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
+    monkeypatch.setattr(recording, "_faults", 0)
+    model = Model(seed=3)
+    for moe in model.moe().values():
+        moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
+    recorder = new_recorder(model)
+    rng = torch.Generator().manual_seed(4)
+    with torch.no_grad(), recording.attach(model, recorder):
+        for moe in model.moe().values():  # the rows routed below stand for gathered ones
+            moe.do_naive_dispatch_combine = False
+        model(torch.randn(7, HIDDEN, generator=rng))
+        with caplog.at_level("ERROR", logger=recording.__name__):
+            model(torch.randn(5, HIDDEN, generator=rng))  # not the 7 rows the sizes gather
+            model(torch.randn(6, HIDDEN, generator=rng))
+    counts = recorder.snapshot().logical_counts
+    np.testing.assert_array_equal(counts[0], tally(model, 0, 4, first=3))
+    assert counts[1:].sum() == 0  # nothing of rows that are not what was gathered
+    assert recording.faults() == 2 * len(MOE_LAYERS)  # counted, never raised
+    assert [record.getMessage() for record in caplog.records] == [
+        "moestat: a router of gathered rows has 5 rows, but vLLM's dispatcher gathered [3, 4] "
+        "over its group: the rows are not counted (logged once; "
+        "moestat.vllm.recording.faults() counts them)"]
+
+
 def test_the_mask_is_counted_once_per_pass_not_once_per_layer():
     from torch.utils._python_dispatch import TorchDispatchMode
     from vllm.forward_context import ForwardContext, override_forward_context

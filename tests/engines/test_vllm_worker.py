@@ -4,7 +4,9 @@ path, conflict check included) and calls its init/destroy hooks; the worker load
 vllm_stand_in_model.py's model (routers from vLLM's own router factory), warms it up, and runs
 steps. The dump must equal a numpy tally of the ids vLLM's routers returned in the steps after
 warm-up. Across two processes (gloo, vLLM's parallel state): data-parallel ranks' counts are
-summed, a tensor-parallel group's are taken once.
+summed, a tensor-parallel group's are taken once, and under naive dispatch (vLLM's own
+dispatcher gathering both ranks' padded rows before routing) each rank counts its own real
+rows of the gathered ones.
 
 Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
 """
@@ -149,15 +151,65 @@ def test_a_window_that_is_not_a_number_of_passes_is_refused(vllm_gloo_world, mod
 class RankWorker(StandInWorker, moestat_worker.RecordingExtension):
     """The class vLLM's wrapper makes (the extension appended to the worker's bases)."""
 
+    def step_in_forward_context(self, real, sizes, rank, generator):
+        """A step as vLLM's model runner runs one under data parallelism: sizes[rank] rows,
+        the real ones first, inside the forward context with the padding mask and every
+        data-parallel rank's padded rows (what the naive dispatcher gathers by)."""
+        from vllm.forward_context import set_forward_context
 
-# (name, tensor parallel size, whether the MoE layers dispatch naively: routing gathered tokens)
-SCENARIOS = (("data_parallel", 1, False), ("tensor_parallel", 2, False), ("gathered", 1, True))
+        padded = sizes[rank]
+        with torch.no_grad(), set_forward_context(
+                None, self.vllm_config, num_tokens=padded,
+                num_tokens_across_dp=torch.tensor(sizes, dtype=torch.int32),
+                is_padding=torch.arange(padded) >= real):
+            self.model(torch.randn(padded, HIDDEN, generator=generator))
+
+
+# (name, tensor parallel size, whether the MoE layers dispatch naively: routing gathered rows;
+# "compiled": their routers under torch.compile, as vLLM compiles a model around its MoE layers)
+SCENARIOS = (("data_parallel", 1, False), ("tensor_parallel", 2, False), ("gathered", 1, True),
+             ("gathered_compiled", 1, "compiled"))
+# Naive dispatch: each step's (real, padded) rows of rank 0 and of rank 1, padded as vLLM's
+# model runner pads (padding last); rank 1's last step is an idle rank's dummy batch.
+GATHERED_STEPS = (((5, 8), (3, 4)), ((1, 1), (12, 16)), ((12, 12), (0, 2)))
+
+
+def gloo_all_gatherv(communicator, input_, dim=0, sizes=None):
+    """vLLM's CPU communicator has no all_gatherv (its base class raises NotImplementedError);
+    this is what its CUDA communicator's does, over the group's gloo group: each rank's rows
+    (sizes[rank] of them) concatenated in rank order along dim 0, for a tensor or a list."""
+    import torch.distributed as dist
+
+    assert dim == 0
+    if not isinstance(input_, torch.Tensor):
+        return [gloo_all_gatherv(communicator, tensor, dim, sizes) for tensor in input_]
+    group, most = communicator.cpu_group, max(sizes)
+    padded = torch.zeros((most, *input_.shape[1:]), dtype=input_.dtype)
+    padded[:input_.shape[0]] = input_
+    chunks = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(chunks, padded, group=group)
+    return torch.cat([chunk[:size] for chunk, size in zip(chunks, sizes)])
+
+
+def run_gathered_steps(worker, rank, generator, out):
+    """GATHERED_STEPS through vLLM's dispatcher; saves what this rank's own real rows of each
+    step's gathered routing count (the expectation) and layer 1's gathered ids."""
+    expected = []
+    for step in GATHERED_STEPS:
+        real, _ = step[rank]
+        sizes = [padded for _, padded in step]
+        worker.step_in_forward_context(real, sizes, rank, generator)
+        call = len(expected)
+        expected.append(tally(worker.get_model(), call, real, first=sum(sizes[:rank])))
+    np.save(out / f"expected{rank}.npy", np.stack(expected))
+    routed = worker.get_model().moe()[1].routed
+    np.save(out / f"routed{rank}.npy", np.concatenate([ids.numpy() for ids in routed]))
 
 
 def run_rank(rank, world_size, store, out):
-    """One rank of each scenario. Ranks that route the same tokens (a tensor-parallel group;
-    every rank when routing gathers the group's tokens) seed alike; data-parallel ranks route
-    their own, and rank 1 one step fewer."""
+    """One rank of each scenario. A tensor-parallel group's ranks route the same tokens (seeded
+    alike); data-parallel ranks route their own, and rank 1 one step fewer; under naive dispatch
+    each rank its own rows, gathered by vLLM's dispatcher (GATHERED_STEPS)."""
     from vllm.distributed import parallel_state
     from vllm.distributed.parallel_state import get_ep_group
 
@@ -178,12 +230,21 @@ def run_rank(rank, world_size, store, out):
             worker.init_worker_extension()
             worker.load_model()
             for moe in worker.get_model().moe().values():
-                moe.do_naive_dispatch_combine = gathered  # as vLLM's MoERunner says
+                moe.do_naive_dispatch_combine = bool(gathered)  # as vLLM's MoERunner says
+                if gathered == "compiled":
+                    moe.route = torch.compile(moe.router.select_experts, fullgraph=True)
             worker.moestat_start()
-            own_tokens = tensor_parallel == 1 and not gathered
+            own_tokens = tensor_parallel == 1
             generator = torch.Generator().manual_seed(10 + (rank if own_tokens else 0))
-            for tokens in STEPS if rank == 0 or not own_tokens else STEPS[:-1]:
-                worker.step(tokens, generator)
+            if gathered:
+                from vllm.distributed.device_communicators.cpu_communicator import (
+                    CpuCommunicator)
+
+                CpuCommunicator.all_gatherv = gloo_all_gatherv
+                run_gathered_steps(worker, rank, generator, out / name)
+            else:
+                for tokens in STEPS if rank == 0 or not own_tokens else STEPS[:-1]:
+                    worker.step(tokens, generator)
             np.save(out / name / f"rank{rank}.npy", worker.moestat_counts())
             worker.moestat_dump(str(out / name / "dump.json"))
             parallel_state.destroy_model_parallel()
@@ -206,8 +267,21 @@ def test_two_ranks_dump_every_token_once(tmp_path):
     expected = rank0.copy()
     expected[1:] += rank1
     np.testing.assert_array_equal(dump, expected)
-    # tensor parallel, and routing of gathered tokens: both ranks routed the same tokens, once
-    for name in ("tensor_parallel", "gathered"):
-        (rank0, rank1), dump = results(name)
-        np.testing.assert_array_equal(rank0, rank1)
-        np.testing.assert_array_equal(dump, rank0)
+    # tensor parallel: both ranks routed the same tokens, counted once
+    (rank0, rank1), dump = results("tensor_parallel")
+    np.testing.assert_array_equal(rank0, rank1)
+    np.testing.assert_array_equal(dump, rank0)
+    # naive dispatch: both ranks routed the same gathered rows (vLLM's dispatcher gathered
+    # them), each counted its own real rows of them, and the dump every token once; eagerly
+    # and with the routers compiled (moestat_vllm::record_topk finds the rows where it runs)
+    for name in ("gathered", "gathered_compiled"):
+        ranks, dump = results(name)
+        gathered = tmp_path / name
+        np.testing.assert_array_equal(np.load(gathered / "routed0.npy"),
+                                      np.load(gathered / "routed1.npy"))
+        for rank, counts in enumerate(ranks):
+            np.testing.assert_array_equal(counts, np.load(gathered / f"expected{rank}.npy"))
+        np.testing.assert_array_equal(dump, ranks[0] + ranks[1])
+        real_rows = [sum(step[rank][0] for step in GATHERED_STEPS) for rank in range(2)]
+        assert [int(counts.sum()) for counts in ranks] == [rows * TOP_K * 3 for rows in real_rows]
+        assert int(ranks[1][-1].sum()) == 0  # the dummy batch

@@ -7,6 +7,8 @@ The MoE layers are stand-ins for vLLM's MoERunner (its constructor wants a whole
 config and kernels): a module with vLLM's ``router`` and ``layer_name`` (its prefix), the two
 attributes vLLM's own bind_routed_experts_capturer reads.
 """
+import types
+
 import numpy as np
 import torch
 from vllm.model_executor.layers.fused_moe.router.router_factory import create_fused_moe_router
@@ -29,7 +31,16 @@ def make_router(layer, eplb_state=None, device=None):
 
 
 class MoeLayer(torch.nn.Module):
-    """What recording reads of vLLM's MoERunner: router and layer_name."""
+    """What recording reads of vLLM's MoERunner: router, layer_name, do_naive_dispatch_combine
+    and moe_config.is_sequence_parallel. With do_naive_dispatch_combine set, it routes as
+    MoERunner does then: vLLM's dispatcher gathers the router input of every rank of the group
+    first (get_ep_group().dispatch_router_logits, in the forward context's sequence-parallel
+    sizes), so every rank routes the group's rows."""
+
+    do_naive_dispatch_combine = False
+    route = None  # what routes in place of router.select_experts (a compiled one, say)
+    moe_config = types.SimpleNamespace(is_sequence_parallel=False, sp_size=1, pcp_size=1,
+                                       use_ep=True)
 
     def __init__(self, prefix, router):
         super().__init__()
@@ -40,7 +51,19 @@ class MoeLayer(torch.nn.Module):
 
     def forward(self, hidden):
         logits = self.gate(hidden)
-        _, topk_ids = self.router.select_experts(hidden, logits)
+        if self.do_naive_dispatch_combine:
+            from vllm.distributed.parallel_state import get_ep_group
+            from vllm.forward_context import get_forward_context
+
+            config = self.moe_config
+            with get_forward_context().dp_metadata.sp_local_sizes(
+                    config.sp_size, pcp_size=config.pcp_size, use_ep=config.use_ep):
+                routed_hidden, routed_logits = get_ep_group().dispatch_router_logits(
+                    hidden, logits, config.is_sequence_parallel)
+                _, topk_ids = (self.route or self.router.select_experts)(routed_hidden,
+                                                                         routed_logits)
+        else:
+            _, topk_ids = (self.route or self.router.select_experts)(hidden, logits)
         self.routed.append(topk_ids)
         return hidden + logits[:, :HIDDEN].tanh()
 
@@ -75,10 +98,12 @@ class Model(torch.nn.Module):
         return {i: self.layers[i].mlp for i in MOE_LAYERS}
 
 
-def tally(model, call, num_valid=None):
-    """[layers, experts] counts numpy makes of the ids vLLM's routers returned in call."""
+def tally(model, call, num_valid=None, first=0):
+    """[layers, experts] counts numpy makes of the ids vLLM's routers returned in call (of
+    num_valid rows from first, where given)."""
     counts = np.zeros((NUM_LAYERS, NUM_EXPERTS), np.int64)
+    last = None if num_valid is None else first + num_valid
     for layer, moe in model.moe().items():
-        ids = moe.routed[call].numpy()[:num_valid]
+        ids = moe.routed[call].numpy()[first:last]
         counts[layer] = np.bincount(ids.reshape(-1), minlength=NUM_EXPERTS)
     return counts

@@ -41,8 +41,16 @@ before a dummy batch; per micro-batch under dual-batch overlap) does. The count 
 attention ops read their metadata (vLLM runs compiled code with Dynamo's guards dropped, and the
 mask's length varies by batch): inside a CUDA graph capture that enqueues the count of the
 mask's real rows, which each replay takes again from the mask.
+
+Naive dispatch: where a MoE layer dispatches naively (``MoERunner.do_naive_dispatch_combine``:
+data parallel, or sequence-parallel MoE, without all-to-all kernels), vLLM gathers the router
+input of every rank of a group before routing, so every rank routes all of the group's rows.
+Each rank records only its own chunk of them (its rows, padding included, where vLLM's
+dispatcher put them, from the same host sizes), so its mask covers them and every token is
+counted once, by the rank that holds it.
 """
 
+import logging
 from typing import Optional
 
 import torch
@@ -50,6 +58,8 @@ import torch
 from .. import torch_ops
 from .._core import CpuRecorder, Error, ModelTopology, Recorder
 from ..integrations.transformers import _check_topology
+
+logger = logging.getLogger(__name__)
 
 
 def find_moe_runners(model: torch.nn.Module) -> dict:
@@ -161,6 +171,51 @@ def _forget_mask_count() -> None:
     _mask_count = None
 
 
+def _own_rows(topk_ids, sequence_parallel: bool):
+    """This rank's own rows of a router's ids where its MoE layer dispatches naively
+    (``MoERunner.do_naive_dispatch_combine``): vLLM's dispatcher gathered every rank's rows of
+    its group before routing, each rank's padded rows in the group's rank order (all_gatherv,
+    ``dispatch_router_logits``), so this rank's tokens, and its padding mask, are its chunk of
+    them. The chunk's bounds are host numbers vLLM's dispatcher computed the gather with (its
+    ``_get_comm_group`` and ``_get_sizes``, from the forward context): no device sync. None
+    where they do not cover the rows (nothing of them is counted then: fault())."""
+    from vllm.distributed.parallel_state import get_ep_group
+
+    communicator = getattr(get_ep_group(), "device_communicator", None)
+    dispatcher = getattr(communicator, "all2all_manager", None)
+    if dispatcher is None:
+        _fault("a MoE layer dispatches naively but its expert-parallel group has no "
+               "all-to-all manager: its rows are not counted")
+        return None
+    group = dispatcher._get_comm_group(sequence_parallel)
+    rows = topk_ids.shape[0]
+    sizes = [int(size) for size in dispatcher._get_sizes(rows // group.world_size, group)]
+    if sum(sizes) != rows:
+        _fault(f"a router of gathered rows has {rows} rows, but vLLM's dispatcher gathered "
+               f"{sizes} over its group: the rows are not counted")
+        return None
+    start = sum(sizes[:group.rank_in_group])
+    return topk_ids[start:start + sizes[group.rank_in_group]]
+
+
+_faults = 0
+
+
+def _fault(message: str) -> None:
+    """A recording fault inside vLLM's forward: counted, logged once, never raised (a recording
+    fault must not take the server down)."""
+    global _faults
+    _faults += 1
+    if _faults == 1:
+        logger.error("moestat: %s (logged once; moestat.vllm.recording.faults() counts them)",
+                     message)
+
+
+def faults() -> int:
+    """The recording faults counted in this process (each logged once, never raised)."""
+    return _faults
+
+
 def _num_valid_tokens(topk_ids, eplb_valid):
     """The forward context's count where its mask covers topk_ids' rows (it is filled for every
     forward, dummy batches included, where EPLB's count is left from the step before), else
@@ -171,32 +226,49 @@ def _num_valid_tokens(topk_ids, eplb_valid):
 
 @torch.library.custom_op("moestat_vllm::record_topk", mutates_args=("token",))
 def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
-                    eplb_valid: Optional[torch.Tensor] = None) -> None:
-    """moestat::record_topk with the valid rows found where the op runs (_num_valid_tokens)."""
+                    eplb_valid: Optional[torch.Tensor] = None, gathered: bool = False,
+                    sequence_parallel: bool = False) -> None:
+    """moestat::record_topk of this rank's rows (_own_rows where gathered) with their valid
+    rows (_num_valid_tokens), both found where the op runs."""
+    if gathered:
+        topk_ids = _own_rows(topk_ids, sequence_parallel)
+        if topk_ids is None:
+            return
     torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
                               _num_valid_tokens(topk_ids, eplb_valid))
 
 
 @_record_topk_op.register_fake
-def _(token, recorder_id, layer, topk_ids, eplb_valid=None):
+def _(token, recorder_id, layer, topk_ids, eplb_valid=None, gathered=False,
+      sequence_parallel=False):
     return None
 
 
 class _Capture:
-    """The capture function of one router: records its logical ids under its layer."""
+    """The capture function of one router: records this rank's logical ids under its layer.
+    runner: the vLLM MoE layer holding the router, whose dispatch decides which rows are this
+    rank's (_own_rows)."""
 
-    def __init__(self, handle, layer, router):
+    def __init__(self, handle, layer, runner):
         self.handle = handle
         self.layer = layer
-        self.router = router
+        self.router = runner.router
+        self.gathered = bool(getattr(runner, "do_naive_dispatch_combine", False))
+        self.sequence_parallel = bool(getattr(getattr(runner, "moe_config", None),
+                                              "is_sequence_parallel", False))
 
     def __call__(self, topk_ids: torch.Tensor) -> None:
         handle = self.handle
         eplb_valid = _eplb_num_valid_tokens(self.router)
         if torch.compiler.is_compiling():
             torch.ops.moestat_vllm.record_topk(handle._token, handle._recorder_id, self.layer,
-                                               topk_ids, eplb_valid)
+                                               topk_ids, eplb_valid, self.gathered,
+                                               self.sequence_parallel)
             return
+        if self.gathered:
+            topk_ids = _own_rows(topk_ids, self.sequence_parallel)
+            if topk_ids is None:
+                return
         torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
                               _num_valid_tokens(topk_ids, eplb_valid))
 
@@ -204,17 +276,17 @@ class _Capture:
 class RecordingHandle:
     """What attach() installed; detach() (or leaving the with block) removes it."""
 
-    def __init__(self, model, recorder: Recorder, routers: dict, device, passes: bool):
+    def __init__(self, model, recorder: Recorder, runners: dict, device, passes: bool):
         self.model = model
         self.recorder = recorder
-        self.routers = routers
-        self.layers = sorted(routers)
+        self.routers = {layer: runner.router for layer, runner in runners.items()}
+        self.layers = sorted(runners)
         self._recorder_id = torch_ops.register(recorder)
         self._token = torch_ops.ordering_token(device)
         self._previous = {}
-        for layer, router in routers.items():
-            self._previous[layer] = router.capture_fn
-            router.set_capture_fn(_Capture(self, layer, router))
+        for layer, runner in runners.items():
+            self._previous[layer] = runner.router.capture_fn
+            runner.router.set_capture_fn(_Capture(self, layer, runner))
         self._hooks = []
         if passes:
             self._hooks = [
@@ -263,7 +335,8 @@ def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
     at once); detach() restores them. recorder's topology must match (topology_from_model);
     CpuRecorder on the CPU, CudaRecorder on a GPU. device: where the model runs (default: its
     first parameter's, else the CPU)."""
-    routers = find_routers(model)
+    runners = find_moe_runners(model)
+    routers = {layer: runner.router for layer, runner in runners.items()}
     _check_topology(model, recorder.topology, routers, experts_attribute="global_num_experts")
     if device is None:
         parameter = next(model.parameters(), None)
@@ -272,4 +345,4 @@ def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
     if isinstance(recorder, CpuRecorder) and device.type != "cpu":
         raise Error(f"{type(model).__name__} is on {device}: record it with "
                     "moestat.CudaRecorder (CpuRecorder reads host memory)")
-    return RecordingHandle(model, recorder, routers, device, passes)
+    return RecordingHandle(model, recorder, runners, device, passes)

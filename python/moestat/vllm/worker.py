@@ -26,11 +26,11 @@ What a dump sums: every token once, over the data-parallel ranks and pipeline st
 records its own layers). With tensor parallelism every rank of a group routes the same tokens,
 so only its first rank's counts are added (every rank's when vLLM runs MoE sequence-parallel,
 where each routes a share). Where vLLM's MoE layers dispatch naively (``MoERunner.
-do_naive_dispatch_combine``: data parallel without all-to-all kernels), every rank routes the
-router logits gathered from its whole expert-parallel group, so only that group's first rank
-is added. The sum is over vLLM's world
-group on its CPU (gloo) group; ranks that recorded fewer passes are padded with empty passes at
-the start. Every worker must take part in a dump, as ``collective_rpc`` makes them.
+do_naive_dispatch_combine``: every rank routes the rows gathered from its group), each rank
+records only its own chunk of the gathered rows (recording.py), so the same rule holds. The sum
+is over vLLM's world group on its CPU (gloo) group; ranks that recorded fewer passes are padded
+with empty passes at the start. Every worker must take part in a dump, as ``collective_rpc``
+makes them.
 
 The dummy batches that idle data-parallel ranks run to keep in step with the others (vLLM's
 ``execute_dummy_batch``) and the rows vLLM pads a batch with are not counted (recording.py: the
@@ -70,11 +70,6 @@ class WorkerRecording:
         else:
             self.recorder = CpuRecorder(topology, mode=mode, window_size=window_size)
         self.handle = recording.attach(model, self.recorder)
-        # vLLM's naive data-parallel dispatch gathers every rank's router logits before
-        # routing (MoERunner._maybe_dispatch): each rank then routes the whole EP group's tokens
-        self.routes_gathered_tokens = any(
-            getattr(runner, "do_naive_dispatch_combine", False)
-            for runner in recording.find_moe_runners(model).values())
 
     def counts(self) -> np.ndarray:
         """[passes, layers, experts] int64: this worker's window."""
@@ -85,15 +80,13 @@ class WorkerRecording:
         self.handle.detach()
 
 
-def adds_its_counts(worker, routes_gathered_tokens: bool) -> bool:
-    """Whether this rank's counts go into the sum: each token once. Routing gathered over the
-    expert-parallel group (naive dispatch): that group's first rank only; otherwise every
-    data-parallel rank, a tensor-parallel group's first rank (every rank of it when vLLM runs
-    MoE sequence-parallel: each routes a share of the tokens)."""
-    from vllm.distributed.parallel_state import get_ep_group, get_tp_group
+def adds_its_counts(worker) -> bool:
+    """Whether this rank's counts go into the sum: each token once. Every data-parallel rank, a
+    tensor-parallel group's first rank (every rank of it when vLLM runs MoE sequence-parallel:
+    each routes a share of the tokens). Under naive dispatch each rank records its own rows of
+    the gathered ones (recording.py), so the rule is the same."""
+    from vllm.distributed.parallel_state import get_tp_group
 
-    if routes_gathered_tokens:
-        return get_ep_group().rank_in_group == 0
     return (get_tp_group().rank_in_group == 0
             or worker.vllm_config.parallel_config.use_sequence_parallel_moe)
 
@@ -185,8 +178,7 @@ class RecordingExtension:
         from vllm.distributed.parallel_state import get_world_group
 
         attached = self._moestat_attached()
-        total = gathered_counts(self, attached.counts(),
-                                adds_its_counts(self, attached.routes_gathered_tokens))
+        total = gathered_counts(self, attached.counts(), adds_its_counts(self))
         if get_world_group().rank_in_group != 0:
             return None
         directory = os.path.dirname(os.path.abspath(path))
