@@ -153,7 +153,7 @@ def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_fin
     group = types.SimpleNamespace(
         device_communicator=types.SimpleNamespace(all2all_manager=dispatcher))
     monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
-    monkeypatch.setattr(recording, "_faults", 0)
+    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
     model = Model(seed=3)
     for moe in model.moe().values():
         moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
@@ -169,11 +169,32 @@ def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_fin
     counts = recorder.snapshot().logical_counts
     np.testing.assert_array_equal(counts[0], tally(model, 0, 4, first=3))
     assert counts[1:].sum() == 0  # nothing of rows that are not what was gathered
-    assert recording.faults() == 2 * len(MOE_LAYERS)  # counted, never raised
+    assert recording.faults() == {"gathered_rows": 2 * len(MOE_LAYERS)}  # never raised
     assert [record.getMessage() for record in caplog.records] == [
         "moestat: a router of gathered rows has 5 rows, but vLLM's dispatcher gathered [3, 4] "
         "over its group: the rows are not counted (logged once; "
         "moestat.vllm.recording.faults() counts them)"]
+
+
+def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(monkeypatch,
+                                                                                 caplog):
+    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+    model = Model(seed=5)
+    recorder = new_recorder(model)
+    rng = torch.Generator().manual_seed(6)
+    with torch.no_grad(), caplog.at_level("ERROR", logger=recording.__name__):
+        with recording.attach(model, recorder) as handle:
+            # what a compiled forward's op counts at once, here with no pass open
+            for _ in range(2):
+                torch.ops.moestat_vllm.record_topk(handle._token, handle._recorder_id, 1,
+                                                   torch.zeros(2, TOP_K, dtype=torch.int32))
+            handle.begin_pass()  # a pass already open when the forward's own begins
+            model(torch.randn(4, HIDDEN, generator=rng))
+    assert recording.faults() == {"record_topk": 2, "begin_pass": 1}
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2 and "outside a pass" in messages[0], messages  # once per kind
+    # the forward went on, into the pass that was open
+    np.testing.assert_array_equal(recorder.snapshot().logical_counts, [tally(model, 0)])
 
 
 def test_the_mask_is_counted_once_per_pass_not_once_per_layer():

@@ -50,6 +50,7 @@ dispatcher put them, from the same host sizes), so its mask covers them and ever
 counted once, by the rank that holds it.
 """
 
+import collections
 import logging
 from typing import Optional
 
@@ -184,36 +185,39 @@ def _own_rows(topk_ids, sequence_parallel: bool):
     communicator = getattr(get_ep_group(), "device_communicator", None)
     dispatcher = getattr(communicator, "all2all_manager", None)
     if dispatcher is None:
-        _fault("a MoE layer dispatches naively but its expert-parallel group has no "
-               "all-to-all manager: its rows are not counted")
+        _fault("no_dispatcher", "a MoE layer dispatches naively but its expert-parallel group "
+               "has no all-to-all manager: its rows are not counted")
         return None
     group = dispatcher._get_comm_group(sequence_parallel)
     rows = topk_ids.shape[0]
     sizes = [int(size) for size in dispatcher._get_sizes(rows // group.world_size, group)]
     if sum(sizes) != rows:
-        _fault(f"a router of gathered rows has {rows} rows, but vLLM's dispatcher gathered "
-               f"{sizes} over its group: the rows are not counted")
+        _fault("gathered_rows", f"a router of gathered rows has {rows} rows, but vLLM's "
+               f"dispatcher gathered {sizes} over its group: the rows are not counted")
         return None
     start = sum(sizes[:group.rank_in_group])
     return topk_ids[start:start + sizes[group.rank_in_group]]
 
 
-_faults = 0
+# {kind: count} of the recording faults inside vLLM's forwards in this process
+_faults = collections.Counter()
 
 
-def _fault(message: str) -> None:
-    """A recording fault inside vLLM's forward: counted, logged once, never raised (a recording
-    fault must not take the server down)."""
-    global _faults
-    _faults += 1
-    if _faults == 1:
+def _fault(kind: str, message) -> None:
+    """A recording fault inside vLLM's forward: counted by kind, logged once per kind, never
+    raised (a recording fault must not take the server down)."""
+    _faults[kind] += 1
+    if _faults[kind] == 1:
         logger.error("moestat: %s (logged once; moestat.vllm.recording.faults() counts them)",
                      message)
 
 
-def faults() -> int:
-    """The recording faults counted in this process (each logged once, never raised)."""
-    return _faults
+def faults() -> dict:
+    """{kind: count} of the recording faults inside vLLM's forwards in this process, each kind
+    logged once and never raised: ``gathered_rows`` and ``no_dispatcher`` (naive dispatch
+    whose gathered rows this rank cannot find), ``record_topk``, ``begin_pass``,
+    ``end_pass`` (what the recorder refused, moestat.Error's message logged)."""
+    return dict(_faults)
 
 
 def _num_valid_tokens(topk_ids, eplb_valid):
@@ -234,8 +238,11 @@ def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids:
         topk_ids = _own_rows(topk_ids, sequence_parallel)
         if topk_ids is None:
             return
-    torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
-                              _num_valid_tokens(topk_ids, eplb_valid))
+    try:
+        torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
+                                  _num_valid_tokens(topk_ids, eplb_valid))
+    except Error as error:
+        _fault("record_topk", error)
 
 
 @_record_topk_op.register_fake
@@ -269,8 +276,11 @@ class _Capture:
             topk_ids = _own_rows(topk_ids, self.sequence_parallel)
             if topk_ids is None:
                 return
-        torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
-                              _num_valid_tokens(topk_ids, eplb_valid))
+        try:
+            torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
+                                  _num_valid_tokens(topk_ids, eplb_valid))
+        except Error as error:
+            _fault("record_topk", error)
 
 
 class RecordingHandle:
@@ -290,7 +300,7 @@ class RecordingHandle:
         self._hooks = []
         if passes:
             self._hooks = [
-                model.register_forward_pre_hook(lambda module, args: self.begin_pass()),
+                model.register_forward_pre_hook(self._begin_pass_hook),
                 model.register_forward_hook(self._end_pass_hook, always_call=True),
             ]
 
@@ -304,11 +314,22 @@ class RecordingHandle:
     def abort_pass(self) -> None:
         torch_ops.abort_pass(self._token, self._recorder_id)
 
+    # The hooks run inside vLLM's forward: what the recorder refuses there is a fault, not an
+    # exception (begin_pass, end_pass and abort_pass called directly raise moestat.Error).
+    def _begin_pass_hook(self, module, args):
+        try:
+            self.begin_pass()
+        except Error as error:
+            _fault("begin_pass", error)
+
     def _end_pass_hook(self, module, args, output):
-        if output is None:  # the forward raised: discard the pass
-            self.abort_pass()
-        else:
-            self.end_pass()
+        try:
+            if output is None:  # the forward raised: discard the pass
+                self.abort_pass()
+            else:
+                self.end_pass()
+        except Error as error:
+            _fault("end_pass", error)
 
     def detach(self) -> None:
         for hook in self._hooks:
