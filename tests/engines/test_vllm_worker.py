@@ -112,6 +112,22 @@ def test_with_the_variable_a_server_records_after_warm_up_and_dumps_at_shutdown(
     assert expected.sum() == sum(STEPS) * TOP_K * 3
 
 
+def test_a_dump_that_cannot_be_written_at_shutdown_is_logged_and_shutdown_goes_on(
+        vllm_gloo_world, model_config, tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(moestat_worker.ENV_RECORD_DIR, str(blocker / "routing"))
+    wrapper = wrapped_worker(model_config)
+    wrapper.load_model()
+    wrapper.compile_or_warm_up_model()
+    wrapper.step(3, torch.Generator().manual_seed(3))
+    with caplog.at_level("ERROR", logger=moestat_worker.__name__):
+        wrapper.shutdown()  # vLLM's shutdown must not fail for moestat's dump
+    ours = [record for record in caplog.records if record.name == moestat_worker.__name__]
+    assert [record.getMessage() for record in ours] == ["moestat: writing the routing dump failed"]
+    assert ours[0].exc_info is not None  # with the reason
+
+
 def test_collective_rpc_calls_start_stop_reset_and_dump(vllm_gloo_world, model_config, tmp_path):
     wrapper = wrapped_worker(model_config)
     wrapper.load_model()
