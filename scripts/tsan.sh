@@ -9,8 +9,9 @@
 # Any data race, lock-order inversion or failed test fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=(${TSAN_TESTS:-recorder_threads_test cpu_recorder_stress_test route_recorder_test
-  live_metrics_test metrics_server_test reduce_test reduction_deadline_test trace_file_test})
+read -ra tests <<<"${TSAN_TESTS:-recorder_threads_test cpu_recorder_stress_test \
+route_recorder_test live_metrics_test metrics_server_test reduce_test reduction_deadline_test \
+trace_file_test}"
 
 # -O1 and line tables: a third of the build time of -O2 -g, and reports still name lines.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -21,7 +21,7 @@ c++ --version | head -n 1
 echo "=== recorder, Python package and engine tests"
 tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
 echo "=== vLLM"
-tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" "$logs/vllm" "$prepared/deps" || status=1
+MOESTAT_DEVICE_BUILD=build-gpu tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" "$logs/vllm" "$prepared/deps" || status=1
 
 mkdir -p "$out"
 tar -czf "$out/logs.tar.gz" -C "$logs" .
