@@ -188,9 +188,14 @@ def _own_rows(topk_ids, sequence_parallel: bool):
         _fault("no_dispatcher", "a MoE layer dispatches naively but its expert-parallel group "
                "has no all-to-all manager: its rows are not counted")
         return None
-    group = dispatcher._get_comm_group(sequence_parallel)
     rows = topk_ids.shape[0]
-    sizes = [int(size) for size in dispatcher._get_sizes(rows // group.world_size, group)]
+    try:
+        group = dispatcher._get_comm_group(sequence_parallel)
+        sizes = [int(size) for size in dispatcher._get_sizes(rows // group.world_size, group)]
+    except (AssertionError, AttributeError) as error:  # vLLM's checks: no forward context...
+        _fault("gathered_rows", f"vLLM's dispatcher gave no sizes for a router of gathered "
+               f"rows ({error!r}): the rows are not counted")
+        return None
     if sum(sizes) != rows:
         _fault("gathered_rows", f"a router of gathered rows has {rows} rows, but vLLM's "
                f"dispatcher gathered {sizes} over its group: the rows are not counted")
