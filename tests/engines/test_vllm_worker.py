@@ -6,11 +6,13 @@ steps. The dump must equal a numpy tally of the ids vLLM's routers returned in t
 warm-up. Across two processes (gloo, vLLM's parallel state): data-parallel ranks' counts are
 summed, a tensor-parallel group's are taken once, and under naive dispatch (vLLM's own
 dispatcher gathering both ranks' padded rows before routing) each rank counts its own real
-rows of the gathered ones.
+rows of the gathered ones. Across four (sequence-parallel MoE): each rank its share's.
 
 Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
 """
+import contextlib
 import os
+import types
 
 import numpy as np
 import pytest
@@ -167,13 +169,13 @@ def test_a_window_that_is_not_a_number_of_passes_is_refused(vllm_gloo_world, mod
 class RankWorker(StandInWorker, moestat_worker.RecordingExtension):
     """The class vLLM's wrapper makes (the extension appended to the worker's bases)."""
 
-    def step_in_forward_context(self, real, sizes, rank, generator):
-        """A step as vLLM's model runner runs one under data parallelism: sizes[rank] rows,
+    def step_in_forward_context(self, real, sizes, dp_rank, generator):
+        """A step as vLLM's model runner runs one under data parallelism: sizes[dp_rank] rows,
         the real ones first, inside the forward context with the padding mask and every
         data-parallel rank's padded rows (what the naive dispatcher gathers by)."""
         from vllm.forward_context import set_forward_context
 
-        padded = sizes[rank]
+        padded = sizes[dp_rank]
         with torch.no_grad(), set_forward_context(
                 None, self.vllm_config, num_tokens=padded,
                 num_tokens_across_dp=torch.tensor(sizes, dtype=torch.int32),
@@ -222,29 +224,41 @@ def run_gathered_steps(worker, rank, generator, out):
     np.save(out / f"routed{rank}.npy", np.concatenate([ids.numpy() for ids in routed]))
 
 
+@contextlib.contextmanager
+def rank_worker(rank, world_size, store, tensor_parallel):
+    """This process's rank in vLLM's parallel state over gloo (expert parallel on) and its
+    worker, the model loaded, not recording yet; torn down afterwards."""
+    from vllm.distributed import parallel_state
+    from vllm.distributed.parallel_state import get_ep_group
+    from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    CpuCommunicator.all_gatherv = gloo_all_gatherv  # what naive dispatch needs of it
+    # external_launcher: vLLM takes world size and rank as given (one process per rank, as
+    # torchrun starts them) and builds its groups from the config's sizes
+    config = VllmConfig(parallel_config=ParallelConfig(
+        distributed_executor_backend="external_launcher", tensor_parallel_size=tensor_parallel,
+        data_parallel_size=world_size // tensor_parallel, enable_expert_parallel=True))
+    with set_current_vllm_config(config):
+        parallel_state.init_distributed_environment(world_size, rank, f"file://{store}", rank,
+                                                    "gloo")
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel,
+                                                 backend="gloo")
+        assert get_ep_group().world_size == world_size
+        worker = RankWorker(config)
+        worker.init_worker_extension()
+        worker.load_model()
+        yield worker
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+
+
 def run_rank(rank, world_size, store, out):
     """One rank of each scenario. A tensor-parallel group's ranks route the same tokens (seeded
     alike); data-parallel ranks route their own, and rank 1 one step fewer; under naive dispatch
     each rank its own rows, gathered by vLLM's dispatcher (GATHERED_STEPS)."""
-    from vllm.distributed import parallel_state
-    from vllm.distributed.parallel_state import get_ep_group
-
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     for name, tensor_parallel, gathered in SCENARIOS:
-        # external_launcher: vLLM takes world size and rank as given (one process per rank, as
-        # torchrun starts them) and builds its groups from the config's sizes
-        config = VllmConfig(parallel_config=ParallelConfig(
-            distributed_executor_backend="external_launcher", tensor_parallel_size=tensor_parallel,
-            data_parallel_size=world_size // tensor_parallel, enable_expert_parallel=True))
-        with set_current_vllm_config(config):
-            parallel_state.init_distributed_environment(
-                world_size, rank, f"file://{store}-{name}", rank, "gloo")
-            parallel_state.initialize_model_parallel(
-                tensor_model_parallel_size=tensor_parallel, backend="gloo")
-            assert get_ep_group().world_size == world_size
-            worker = RankWorker(config)
-            worker.init_worker_extension()
-            worker.load_model()
+        with rank_worker(rank, world_size, f"{store}-{name}", tensor_parallel) as worker:
             for moe in worker.get_model().moe().values():
                 moe.do_naive_dispatch_combine = bool(gathered)  # as vLLM's MoERunner says
                 if gathered == "compiled":
@@ -253,18 +267,12 @@ def run_rank(rank, world_size, store, out):
             own_tokens = tensor_parallel == 1
             generator = torch.Generator().manual_seed(10 + (rank if own_tokens else 0))
             if gathered:
-                from vllm.distributed.device_communicators.cpu_communicator import (
-                    CpuCommunicator)
-
-                CpuCommunicator.all_gatherv = gloo_all_gatherv
                 run_gathered_steps(worker, rank, generator, out / name)
             else:
                 for tokens in STEPS if rank == 0 or not own_tokens else STEPS[:-1]:
                     worker.step(tokens, generator)
             np.save(out / name / f"rank{rank}.npy", worker.moestat_counts())
             worker.moestat_dump(str(out / name / "dump.json"))
-            parallel_state.destroy_model_parallel()
-            parallel_state.destroy_distributed_environment()
 
 
 def test_two_ranks_dump_every_token_once(tmp_path):
@@ -301,3 +309,72 @@ def test_two_ranks_dump_every_token_once(tmp_path):
         real_rows = [sum(step[rank][0] for step in GATHERED_STEPS) for rank in range(2)]
         assert [int(counts.sum()) for counts in ranks] == [rows * TOP_K * 3 for rows in real_rows]
         assert int(ranks[1][-1].sum()) == 0  # the dummy batch
+
+
+# --- four processes: sequence-parallel MoE --------------------------------------------------
+
+# Each step's (real, padded) rows of data-parallel rank 0 and rank 1; with tensor parallel 2
+# each tensor-parallel rank routes its share (vLLM's sequence_parallel_chunk: the batch padded
+# to a multiple of 2, halved). 7 rows: shares of 4, the second with 1 real row and 1 the chunk
+# padded; rank 1's last step a dummy batch.
+SP_STEPS = (((5, 7), (3, 4)), ((1, 1), (0, 3)))
+SP_TENSOR_PARALLEL = 2
+
+
+def share_real_rows(real, padded, tp_rank):
+    """(first row of the share, its real rows) of a tensor-parallel rank's share."""
+    share = -(-padded // SP_TENSOR_PARALLEL)
+    first = tp_rank * share
+    return first, max(0, min(real - first, share))
+
+
+def run_sequence_parallel_rank(rank, world_size, store, out):
+    """Both scenarios: each rank routes its share, alone and gathered over the expert-parallel
+    group by vLLM's dispatcher (naive dispatch, the sequence-parallel sizes)."""
+    from vllm.distributed import get_tensor_model_parallel_rank
+    from vllm.distributed.parallel_state import get_ep_group
+
+    for name, gathered in (("shares", False), ("shares_gathered", True)):
+        with rank_worker(rank, world_size, f"{store}-{name}", SP_TENSOR_PARALLEL) as worker:
+            parallel_config = worker.vllm_config.parallel_config
+            assert parallel_config.use_sequence_parallel_moe
+            dp_rank, tp_rank = parallel_config.data_parallel_rank, get_tensor_model_parallel_rank()
+            for moe in worker.get_model().moe().values():  # as vLLM's MoERunner says
+                moe.do_naive_dispatch_combine = gathered
+                moe.moe_config = types.SimpleNamespace(
+                    is_sequence_parallel=True, sp_size=SP_TENSOR_PARALLEL, pcp_size=1,
+                    use_ep=True)
+            worker.moestat_start()
+            generator = torch.Generator().manual_seed(20 + dp_rank)  # a TP group's tokens
+            expected = []
+            for call, step in enumerate(SP_STEPS):
+                real, padded = step[dp_rank]
+                sizes = [rows for _, rows in step]
+                worker.step_in_forward_context(real, sizes, dp_rank, generator)
+                first, share_real = share_real_rows(real, padded, tp_rank)
+                if gathered:  # the shares of the expert-parallel group, in its rank order
+                    shares = [-(-rows // SP_TENSOR_PARALLEL) for rows in sizes
+                              for _ in range(SP_TENSOR_PARALLEL)]
+                    first = sum(shares[:get_ep_group().rank_in_group])
+                else:
+                    first = 0
+                expected.append(tally(worker.get_model(), call, share_real, first=first))
+            np.save(out / name / f"expected{rank}.npy", np.stack(expected))
+            np.save(out / name / f"rank{rank}.npy", worker.moestat_counts())
+            worker.moestat_dump(str(out / name / "dump.json"))
+
+
+def test_four_ranks_of_sequence_parallel_moe_count_each_share_once(tmp_path):
+    for name in ("shares", "shares_gathered"):
+        (tmp_path / name).mkdir()
+    torch.multiprocessing.spawn(run_sequence_parallel_rank,
+                                args=(4, tmp_path / "store", tmp_path), nprocs=4)
+    real_rows = sum(real for step in SP_STEPS for real, _ in step)
+    for name in ("shares", "shares_gathered"):
+        ranks = [np.load(tmp_path / name / f"rank{r}.npy") for r in range(4)]
+        for rank, counts in enumerate(ranks):
+            np.testing.assert_array_equal(
+                counts, np.load(tmp_path / name / f"expected{rank}.npy"), err_msg=name)
+        dump = moestat.read_counts(str(tmp_path / name / "dump.json"))["counts"]
+        np.testing.assert_array_equal(dump, sum(ranks))  # every rank routes a share
+        assert int(dump.sum()) == real_rows * TOP_K * 3, name  # every token once

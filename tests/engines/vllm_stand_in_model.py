@@ -32,10 +32,11 @@ def make_router(layer, eplb_state=None, device=None):
 
 class MoeLayer(torch.nn.Module):
     """What recording reads of vLLM's MoERunner: router, layer_name, do_naive_dispatch_combine
-    and moe_config.is_sequence_parallel. With do_naive_dispatch_combine set, it routes as
-    MoERunner does then: vLLM's dispatcher gathers the router input of every rank of the group
-    first (get_ep_group().dispatch_router_logits, in the forward context's sequence-parallel
-    sizes), so every rank routes the group's rows."""
+    and moe_config.is_sequence_parallel. Sequence-parallel, it routes this tensor-parallel
+    rank's share of the batch (vLLM's sequence_parallel_chunk_impl). With
+    do_naive_dispatch_combine set, it routes as MoERunner does then: vLLM's dispatcher gathers
+    the router input of every rank of the group first (get_ep_group().dispatch_router_logits,
+    in the forward context's sequence-parallel sizes), so every rank routes the group's rows."""
 
     do_naive_dispatch_combine = False
     route = None  # what routes in place of router.select_experts (a compiled one, say)
@@ -51,6 +52,12 @@ class MoeLayer(torch.nn.Module):
 
     def forward(self, hidden):
         logits = self.gate(hidden)
+        routed_hidden, routed_logits = hidden, logits
+        if self.moe_config.is_sequence_parallel:  # as vLLM's models do before a MoE block
+            from vllm.model_executor.models.utils import sequence_parallel_chunk_impl
+
+            routed_hidden, routed_logits = (sequence_parallel_chunk_impl(tensor)
+                                            for tensor in (hidden, logits))
         if self.do_naive_dispatch_combine:
             from vllm.distributed.parallel_state import get_ep_group
             from vllm.forward_context import get_forward_context
@@ -59,11 +66,11 @@ class MoeLayer(torch.nn.Module):
             with get_forward_context().dp_metadata.sp_local_sizes(
                     config.sp_size, pcp_size=config.pcp_size, use_ep=config.use_ep):
                 routed_hidden, routed_logits = get_ep_group().dispatch_router_logits(
-                    hidden, logits, config.is_sequence_parallel)
+                    routed_hidden, routed_logits, config.is_sequence_parallel)
                 _, topk_ids = (self.route or self.router.select_experts)(routed_hidden,
                                                                          routed_logits)
         else:
-            _, topk_ids = (self.route or self.router.select_experts)(hidden, logits)
+            _, topk_ids = (self.route or self.router.select_experts)(routed_hidden, routed_logits)
         self.routed.append(topk_ids)
         return hidden + logits[:, :HIDDEN].tanh()
 

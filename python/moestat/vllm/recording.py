@@ -47,7 +47,9 @@ data parallel, or sequence-parallel MoE, without all-to-all kernels), vLLM gathe
 input of every rank of a group before routing, so every rank routes all of the group's rows.
 Each rank records only its own chunk of them (its rows, padding included, where vLLM's
 dispatcher put them, from the same host sizes), so its mask covers them and every token is
-counted once, by the rank that holds it.
+counted once, by the rank that holds it. Under sequence-parallel MoE each tensor-parallel rank
+routes its share of the batch (vLLM's ``sequence_parallel_chunk``), and the mask's slice at the
+share's offset counts its real rows.
 """
 
 import collections
@@ -142,10 +144,12 @@ def _eplb_num_valid_tokens(router):
     return tensors[dbo_current_ubatch_id()].reshape(1)
 
 
-def _forward_context_num_valid_tokens(topk_ids):
+def _forward_context_num_valid_tokens(topk_ids, sequence_parallel=False):
     """The real rows the forward context's is_padding mask counts (a one-element int32 tensor),
     or None where there is no mask of topk_ids' rows. Padding rows come last (vLLM pads a batch
-    at its end)."""
+    at its end). sequence_parallel: the router's rows are this tensor-parallel rank's share of
+    the batch (vLLM's ``sequence_parallel_chunk``: the batch padded to a multiple of the
+    tensor-parallel size, the rank's slice of it), so the share's slice of the mask counts."""
     try:
         from vllm.forward_context import get_forward_context, is_forward_context_available
     except ImportError:
@@ -153,17 +157,28 @@ def _forward_context_num_valid_tokens(topk_ids):
     if not is_forward_context_available():
         return None
     is_padding = getattr(get_forward_context(), "is_padding", None)
-    if not isinstance(is_padding, torch.Tensor) or is_padding.shape[0] != topk_ids.shape[0]:
+    if not isinstance(is_padding, torch.Tensor):
+        return None
+    start, stop = 0, is_padding.shape[0]
+    if sequence_parallel:
+        from vllm.distributed import (get_tensor_model_parallel_rank,
+                                      get_tensor_model_parallel_world_size)
+
+        share = -(-stop // get_tensor_model_parallel_world_size())
+        start = get_tensor_model_parallel_rank() * share
+        stop = start + share  # past the mask's end: rows the chunk padded, not real
+    if stop - start != topk_ids.shape[0]:
         return None
     global _mask_count
-    if _mask_count is None or _mask_count[0] is not is_padding:
-        _mask_count = (is_padding, (~is_padding).sum(dtype=torch.int32).reshape(1))
-    return _mask_count[1]
+    if _mask_count is None or _mask_count[0] is not is_padding or _mask_count[1] != start:
+        real = (~is_padding[start:stop]).sum(dtype=torch.int32).reshape(1)
+        _mask_count = (is_padding, start, real)
+    return _mask_count[2]
 
 
-# (the forward context's is_padding mask, its real rows): counted at the pass's first layer and
-# shared by the others, not two kernels per layer; forgotten when a pass begins, since vLLM
-# refills the mask in place.
+# (the forward context's is_padding mask, the first row counted, its real rows): counted at
+# the pass's first layer and shared by the others, not two kernels per layer; forgotten when a
+# pass begins, since vLLM refills the mask in place.
 _mask_count = None
 
 
@@ -225,11 +240,11 @@ def faults() -> dict:
     return dict(_faults)
 
 
-def _num_valid_tokens(topk_ids, eplb_valid):
+def _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel=False):
     """The forward context's count where its mask covers topk_ids' rows (it is filled for every
     forward, dummy batches included, where EPLB's count is left from the step before), else
     EPLB's (also per micro-batch), else None: every row counts."""
-    from_mask = _forward_context_num_valid_tokens(topk_ids)
+    from_mask = _forward_context_num_valid_tokens(topk_ids, sequence_parallel)
     return eplb_valid if from_mask is None else from_mask
 
 
@@ -245,7 +260,7 @@ def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids:
             return
     try:
         torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
-                                  _num_valid_tokens(topk_ids, eplb_valid))
+                                  _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel))
     except Error as error:
         _fault("record_topk", error)
 
@@ -283,7 +298,7 @@ class _Capture:
                 return
         try:
             torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
-                                  _num_valid_tokens(topk_ids, eplb_valid))
+                                  _num_valid_tokens(topk_ids, eplb_valid, self.sequence_parallel))
         except Error as error:
             _fault("record_topk", error)
 
