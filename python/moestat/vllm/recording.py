@@ -248,21 +248,29 @@ def _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel=False):
     return eplb_valid if from_mask is None else from_mask
 
 
-@torch.library.custom_op("moestat_vllm::record_topk", mutates_args=("token",))
-def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
-                    eplb_valid: Optional[torch.Tensor] = None, gathered: bool = False,
-                    sequence_parallel: bool = False) -> None:
-    """moestat::record_topk of this rank's rows (_own_rows where gathered) with their valid
-    rows (_num_valid_tokens), both found where the op runs."""
+def _record_own_rows(record, token, recorder_id, layer, topk_ids, eplb_valid, gathered,
+                     sequence_parallel) -> None:
+    """record (torch_ops.record_topk or record_topk_now) of this rank's rows (_own_rows where
+    gathered) with their valid rows (_num_valid_tokens); what the recorder refuses is a fault."""
     if gathered:
         topk_ids = _own_rows(topk_ids, sequence_parallel)
         if topk_ids is None:
             return
     try:
-        torch_ops.record_topk_now(token, recorder_id, layer, topk_ids,
-                                  _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel))
+        record(token, recorder_id, layer, topk_ids,
+               _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel))
     except Error as error:
         _fault("record_topk", error)
+
+
+@torch.library.custom_op("moestat_vllm::record_topk", mutates_args=("token",))
+def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids: torch.Tensor,
+                    eplb_valid: Optional[torch.Tensor] = None, gathered: bool = False,
+                    sequence_parallel: bool = False) -> None:
+    """moestat::record_topk of this rank's rows with their valid rows, both found where the op
+    runs (_record_own_rows), counted at once (compiled code reuses buffers)."""
+    _record_own_rows(torch_ops.record_topk_now, token, recorder_id, layer, topk_ids, eplb_valid,
+                     gathered, sequence_parallel)
 
 
 @_record_topk_op.register_fake
@@ -292,15 +300,8 @@ class _Capture:
                                                topk_ids, eplb_valid, self.gathered,
                                                self.sequence_parallel)
             return
-        if self.gathered:
-            topk_ids = _own_rows(topk_ids, self.sequence_parallel)
-            if topk_ids is None:
-                return
-        try:
-            torch_ops.record_topk(handle._token, handle._recorder_id, self.layer, topk_ids,
-                                  _num_valid_tokens(topk_ids, eplb_valid, self.sequence_parallel))
-        except Error as error:
-            _fault("record_topk", error)
+        _record_own_rows(torch_ops.record_topk, handle._token, handle._recorder_id, self.layer,
+                         topk_ids, eplb_valid, self.gathered, self.sequence_parallel)
 
 
 class RecordingHandle:
