@@ -12,8 +12,7 @@ vLLM's Python runs here under its CPU platform on purpose: its CUDA platform imp
 compiled kernels when it loads, and those load only against the torch vLLM 0.33.0 pins
 (run_device_vllm.sh). The routers' top-k is the same torch code on either platform; the
 recording under test is moestat's. test_vllm_cuda.py covers EPLB's Triton kernel in the same
-graph. Run in a pytest process of its own: vLLM keeps one platform per
-process.
+graph. Run in a pytest process of its own: vLLM keeps one platform per process.
 """
 import os
 import pathlib
