@@ -176,6 +176,40 @@ def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_fin
         "moestat.vllm.recording.faults() counts them)"]
 
 
+def _no_sizes(rows, group):
+    raise AssertionError("dp_metadata is None")  # as vLLM's _get_sizes without a context
+
+
+@pytest.mark.parametrize("communicator, kind", [
+    (None, "no_dispatcher"),
+    ("no sizes", "gathered_rows"),
+], ids=["no_all_to_all_manager", "no_sizes"])
+def test_a_naive_dispatch_whose_gather_cannot_be_found_is_a_fault(monkeypatch, communicator,
+                                                                  kind):
+    import types
+
+    from vllm.distributed import parallel_state
+
+    if communicator is not None:
+        communicator = types.SimpleNamespace(all2all_manager=types.SimpleNamespace(
+            _get_comm_group=lambda sequence_parallel: types.SimpleNamespace(world_size=2,
+                                                                            rank_in_group=0),
+            _get_sizes=_no_sizes))
+    group = types.SimpleNamespace(device_communicator=communicator)
+    monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
+    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+    model = Model(seed=3)
+    for moe in model.moe().values():
+        moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
+    recorder = new_recorder(model)
+    with torch.no_grad(), recording.attach(model, recorder):
+        for moe in model.moe().values():  # the rows routed below stand for gathered ones
+            moe.do_naive_dispatch_combine = False
+        model(torch.randn(4, HIDDEN))  # goes on; nothing of the MoE layers counted
+    assert recorder.snapshot().logical_counts.sum() == 0
+    assert recording.faults() == {kind: len(MOE_LAYERS)}
+
+
 def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(monkeypatch,
                                                                                  caplog):
     monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
