@@ -11,6 +11,7 @@ The model is vllm_stand_in_model.py's; the layer index comes from vLLM's extract
 Skipped where vLLM's modules do not import (vllm_harness.py says when that is an error).
 """
 import contextlib
+import types
 
 import numpy as np
 import pytest
@@ -137,31 +138,43 @@ def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
     assert snapshot.pass_num_tokens.tolist() == [real for _, real in batches]
 
 
-def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_find_is_a_fault(
-        monkeypatch, caplog):
-    # Every rank routes the rows vLLM's dispatcher gathered from its group; this one counts its
-    # own chunk, where the dispatcher's sizes put it (test_vllm_worker.py runs vLLM's real
-    # dispatcher over two processes). Here a stand-in dispatcher: rank 1 of [3, 4] rows.
-    import types
-
+@contextlib.contextmanager
+def recording_gathered_rows(monkeypatch, communicator):
+    """A model whose MoE layers dispatch naively, attached to a started CpuRecorder, with
+    vLLM's expert-parallel group standing in as get_ep_group() (its device_communicator:
+    communicator) and the fault counts cleared. Yields (model, recorder); the rows the model
+    routes stand for gathered ones."""
     from vllm.distributed import parallel_state
 
-    dispatcher = types.SimpleNamespace(
-        _get_comm_group=lambda sequence_parallel: types.SimpleNamespace(world_size=2,
-                                                                        rank_in_group=1),
-        _get_sizes=lambda rows, group: [3, 4])
-    group = types.SimpleNamespace(
-        device_communicator=types.SimpleNamespace(all2all_manager=dispatcher))
+    group = types.SimpleNamespace(device_communicator=communicator)
     monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
     monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
     model = Model(seed=3)
     for moe in model.moe().values():
         moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
     recorder = new_recorder(model)
-    rng = torch.Generator().manual_seed(4)
     with torch.no_grad(), recording.attach(model, recorder):
-        for moe in model.moe().values():  # the rows routed below stand for gathered ones
+        for moe in model.moe().values():  # route the rows given, without vLLM's dispatcher
             moe.do_naive_dispatch_combine = False
+        yield model, recorder
+
+
+def stand_in_dispatcher(rank_in_group, get_sizes):
+    """vLLM's all-to-all manager as recording reads it, in a communicator, over a group of 2."""
+    return types.SimpleNamespace(all2all_manager=types.SimpleNamespace(
+        _get_comm_group=lambda sequence_parallel: types.SimpleNamespace(
+            world_size=2, rank_in_group=rank_in_group),
+        _get_sizes=get_sizes))
+
+
+def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_find_is_a_fault(
+        monkeypatch, caplog):
+    # Every rank routes the rows vLLM's dispatcher gathered from its group; this one counts its
+    # own chunk, where the dispatcher's sizes put it (test_vllm_worker.py runs vLLM's real
+    # dispatcher over two processes). Here a stand-in dispatcher: rank 1 of [3, 4] rows.
+    rng = torch.Generator().manual_seed(4)
+    communicator = stand_in_dispatcher(1, lambda rows, group: [3, 4])
+    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder):
         model(torch.randn(7, HIDDEN, generator=rng))
         with caplog.at_level("ERROR", logger=recording.__name__):
             model(torch.randn(5, HIDDEN, generator=rng))  # not the 7 rows the sizes gather
@@ -182,29 +195,11 @@ def _no_sizes(rows, group):
 
 @pytest.mark.parametrize("communicator, kind", [
     (None, "no_dispatcher"),
-    ("no sizes", "gathered_rows"),
+    (stand_in_dispatcher(0, _no_sizes), "gathered_rows"),
 ], ids=["no_all_to_all_manager", "no_sizes"])
 def test_a_naive_dispatch_whose_gather_cannot_be_found_is_a_fault(monkeypatch, communicator,
                                                                   kind):
-    import types
-
-    from vllm.distributed import parallel_state
-
-    if communicator is not None:
-        communicator = types.SimpleNamespace(all2all_manager=types.SimpleNamespace(
-            _get_comm_group=lambda sequence_parallel: types.SimpleNamespace(world_size=2,
-                                                                            rank_in_group=0),
-            _get_sizes=_no_sizes))
-    group = types.SimpleNamespace(device_communicator=communicator)
-    monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
-    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
-    model = Model(seed=3)
-    for moe in model.moe().values():
-        moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
-    recorder = new_recorder(model)
-    with torch.no_grad(), recording.attach(model, recorder):
-        for moe in model.moe().values():  # the rows routed below stand for gathered ones
-            moe.do_naive_dispatch_combine = False
+    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder):
         model(torch.randn(4, HIDDEN))  # goes on; nothing of the MoE layers counted
     assert recorder.snapshot().logical_counts.sum() == 0
     assert recording.faults() == {kind: len(MOE_LAYERS)}
