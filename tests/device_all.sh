@@ -13,6 +13,9 @@ out=$1
 prepared=$(realpath "$2")
 logs=$(mktemp -d)
 status=0
+pack_logs() { mkdir -p "$out" && tar -czf "$out/logs.tar.gz" -C "$logs" .; }
+# A call cut off at its time limit still brings back the logs written so far.
+trap 'pack_logs; exit 124' TERM
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__)'
@@ -23,7 +26,6 @@ tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
 echo "=== vLLM"
 MOESTAT_DEVICE_BUILD=build-gpu tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" "$logs/vllm" "$prepared/deps" || status=1
 
-mkdir -p "$out"
-tar -czf "$out/logs.tar.gz" -C "$logs" .
+pack_logs
 echo "=== device_all: exit status $status"
 exit $status
