@@ -226,6 +226,28 @@ def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(
     np.testing.assert_array_equal(recorder.snapshot().logical_counts, [tally(model, 0)])
 
 
+def test_a_pass_closed_before_the_forward_ends_is_a_fault_at_its_end(monkeypatch, caplog):
+    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+    model = Model(seed=7)
+    recorder = new_recorder(model)
+    rng = torch.Generator().manual_seed(8)
+    with torch.no_grad(), caplog.at_level("ERROR", logger=recording.__name__):
+        with recording.attach(model, recorder) as handle:
+            # a hook of the engine's own, after attach's: it ends the pass the forward opened
+            closing = model.register_forward_pre_hook(lambda module, args: handle.end_pass())
+            model(torch.randn(4, HIDDEN, generator=rng))
+            # the eager capture keeps its layers for the pass's end, which refuses them
+            assert recording.faults() == {"end_pass": 1}
+            closing.remove()
+            model(torch.randn(4, HIDDEN, generator=rng))  # the next pass records as before
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 1 and "end_pass without begin_pass" in messages[0], messages
+    # the pass the engine's hook closed holds none of its forward's rows, the next pass holds
+    # its own rows alone
+    empty = np.zeros_like(tally(model, 0))
+    np.testing.assert_array_equal(recorder.snapshot().logical_counts, [empty, tally(model, 1)])
+
+
 def test_the_mask_is_counted_once_per_pass_not_once_per_layer():
     from torch.utils._python_dispatch import TorchDispatchMode
     from vllm.forward_context import ForwardContext, override_forward_context
