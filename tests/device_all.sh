@@ -24,6 +24,7 @@ python3 -c 'import torch; print("torch", torch.__version__)'
 c++ --version | head -n 1
 
 export MOESTAT_DEVICE_BUILD=build-gpu
+[[ -f $prepared/sglang.zip ]] && export MOESTAT_SGLANG_WHEEL=$prepared/sglang.zip
 deps=$prepared/deps
 # shellcheck source=device_deps.sh
 source tests/device_deps.sh

@@ -7,6 +7,8 @@
 #                             Debian packages, without their documentation (tests/device_deps.sh)
 #   .deps/device/vllm-bundle  vLLM 0.33.0's Python sources and the wheels it imports
 #                             (tests/engines/vllm_device_bundle.sh)
+#   .deps/device/sglang.zip   the files of .venv-engines' sglang that the differential tests
+#                             load (tests/engines/sglang_harness.py: MOESTAT_SGLANG_WHEEL)
 # The device tool carries at most 64 MiB with the working tree; the script prints the size.
 # Then, on the device: tests/device_all.sh "$OUT" .deps/device   (carry: .deps/device)
 set -euo pipefail
@@ -22,4 +24,5 @@ for deb in "$dest"/debs/*.deb; do dpkg -x "$deb" "$dest/deps"; done
 rm -rf "$dest/debs" "$dest/deps/usr/share/doc" "$dest/deps/usr/share/man"
 
 tests/engines/vllm_device_bundle.sh "$dest/vllm-bundle"
+.venv-engines/bin/python tests/engines/sglang_harness.py --zip "$dest/sglang.zip"
 du -sh "$dest" "$dest"/*

@@ -506,3 +506,28 @@ def make_forward_batch(num_tokens: int, forward_mode: str = "decode", device: st
         extend_num_tokens=num_tokens if extend else None,
         is_extend_in_batch=extend,
     )
+
+
+def write_files_zip(path: str) -> None:
+    """Writes what MOESTAT_SGLANG_WHEEL reads (the files this module loads and sglang's
+    METADATA) from the installed sglang into a zip at path: for a machine that cannot install
+    sglang (tests/device_prepare.sh)."""
+    source = sglang_source()
+    root = source.package_dir.parent
+    metadata = importlib.metadata.distribution("sglang")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in _NEEDED_FILES:
+            archive.write(root / name, name)
+        for directory in _NEEDED_DIRS:
+            for file in sorted((root / directory).rglob("*.py")):
+                archive.write(file, file.relative_to(root).as_posix())
+        archive.writestr(f"sglang-{source.version}.dist-info/METADATA",
+                         metadata.read_text("METADATA"))
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=write_files_zip.__doc__)
+    parser.add_argument("--zip", required=True, help="the zip file to write")
+    write_files_zip(parser.parse_args().zip)

@@ -156,8 +156,9 @@ def test_a_captured_graph_records_what_vllm_routes_and_what_vllm_records(compile
     vllm_logical = torch.zeros(NUM_LAYERS, NUM_EXPERTS, dtype=torch.int64).index_add_(
         1, PHYSICAL_TO_LOGICAL, layers.load.long().cpu())
     np.testing.assert_array_equal(snapshot.logical_counts.sum(axis=0), vllm_logical.numpy())
-    replicated = layers.load.cpu()[list(MOE_LAYERS)][:, [3, 17, 18]]
-    assert bool((replicated > 0).all()), "vLLM spread expert 3 over its replicas"
+    # Over the run (a layer's router may never pick expert 3: the grouped top-k's groups)
+    replicated = layers.load.cpu()[list(MOE_LAYERS)][:, [3, 17, 18]].sum(dim=0)
+    assert bool((replicated > 0).all()), f"vLLM left a slot of expert 3 unused: {replicated}"
 
 
 @pytest.fixture

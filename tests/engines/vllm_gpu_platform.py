@@ -12,7 +12,8 @@ kernel only when the platform is CUDA-alike at its import (on other platforms
 ``eplb_map_to_physical_and_record`` returns the ids unmapped and records nothing), it executes
 base_router.py's own source once more under a CPU platform that reports itself CUDA-alike and
 puts the ``eplb_map_to_physical_and_record`` so defined, vLLM's Triton kernel and its launcher,
-into base_router in place of the CPU one. Nothing else of vLLM runs under that stand-in, and
+into base_router in place of the CPU one (the kernel and the launcher under their own names, where
+torch.compile's guards look them up). Nothing else of vLLM runs under that stand-in, and
 the routers (``BaseRouter`` and its subclasses, imported once) are unchanged: they look the
 function up in their module when they route. vLLM keeps one platform per process, so a test
 module that calls ``select()`` runs in a pytest process of its own.
@@ -69,5 +70,10 @@ def _define_the_triton_eplb_kernel():
         exec(compile(spec.loader.get_source(BASE_ROUTER), spec.origin, "exec"), namespace)
     finally:
         vllm.platforms._current_platform = cpu_platform
-    base_router.eplb_map_to_physical_and_record = namespace["eplb_map_to_physical_and_record"]
-    base_router._eplb_map_and_record_triton = namespace["_eplb_map_and_record_triton"]
+    # The CUDA branch's function and every name it defines that the CPU branch does not (the
+    # Triton kernel, its launcher): torch.compile's guards look the launcher's globals up in
+    # base_router itself.
+    defined = ["eplb_map_to_physical_and_record"] + [
+        name for name in namespace if not name.startswith("__") and not hasattr(base_router, name)]
+    for name in defined:
+        setattr(base_router, name, namespace[name])
