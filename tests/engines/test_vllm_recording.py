@@ -31,6 +31,12 @@ import moestat
 from moestat.vllm import recording
 
 
+@pytest.fixture(autouse=True)
+def no_faults_yet(monkeypatch):
+    """recording.faults() of this test alone (the counts are the process's)."""
+    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+
+
 def new_recorder(model, **kwargs):
     recorder = moestat.CpuRecorder(recording.topology_from_model(model, NUM_LAYERS, **kwargs))
     recorder.start()
@@ -142,13 +148,12 @@ def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
 def recording_gathered_rows(monkeypatch, communicator):
     """A model whose MoE layers dispatch naively, attached to a started CpuRecorder, with
     vLLM's expert-parallel group standing in as get_ep_group() (its device_communicator:
-    communicator) and the fault counts cleared. Yields (model, recorder); the rows the model
-    routes stand for gathered ones."""
+    communicator). Yields (model, recorder); the rows the model routes stand for gathered
+    ones."""
     from vllm.distributed import parallel_state
 
     group = types.SimpleNamespace(device_communicator=communicator)
     monkeypatch.setattr(parallel_state, "get_ep_group", lambda: group)
-    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
     model = Model(seed=3)
     for moe in model.moe().values():
         moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
@@ -205,9 +210,7 @@ def test_a_naive_dispatch_whose_gather_cannot_be_found_is_a_fault(monkeypatch, c
     assert recording.faults() == {kind: len(MOE_LAYERS)}
 
 
-def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(monkeypatch,
-                                                                                 caplog):
-    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(caplog):
     model = Model(seed=5)
     recorder = new_recorder(model)
     rng = torch.Generator().manual_seed(6)
@@ -226,8 +229,7 @@ def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(
     np.testing.assert_array_equal(recorder.snapshot().logical_counts, [tally(model, 0)])
 
 
-def test_a_pass_closed_before_the_forward_ends_is_a_fault_at_its_end(monkeypatch, caplog):
-    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
+def test_a_pass_closed_before_the_forward_ends_is_a_fault_at_its_end(caplog):
     model = Model(seed=7)
     recorder = new_recorder(model)
     rng = torch.Generator().manual_seed(8)
