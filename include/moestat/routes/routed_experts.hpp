@@ -12,6 +12,11 @@
 
 namespace moestat::routes {
 
+/// The largest position a route may reach: first_position + num_tokens of every RoutedExperts,
+/// in a route recorder and in a routes file, stays at or below it, so no sum of a position and
+/// a count overflows.
+inline constexpr std::int64_t kMaxPosition = std::int64_t(1) << 62;
+
 /// What the columns of a route row are.
 struct RouteLayout {
   std::int64_t num_decoder_layers = 0;  ///< L: decoder layers of the model, dense ones included.
