@@ -2,7 +2,8 @@
 // Prometheus' content type; every other path or method is refused; a failing scrape is a 500;
 // stop() ends it. Then the hostile clients: idle and trickling connections do not hold up a
 // scrape, a trickle cannot stretch the request deadline, connections beyond the cap are
-// refused, heads over the limits are 431. Every wait is bounded by the server's configured
+// refused, one client's idle connections (from one address or many) do not keep another's
+// scrape out, heads over the limits are 431. Every wait is bounded by the server's configured
 // deadline or the client's safety net, never a timed assertion.
 // (tests/python/test_live_metrics.py scrapes a running recorder with urllib and
 // prometheus_client's parser.)
@@ -34,19 +35,31 @@ using namespace std::chrono_literals;
 using online::MetricsServer;
 using online::MetricsServerOptions;
 
-/// A loopback client. Each read or write waits at most 30 s (the safety net: a server that
-/// never answers fails the test rather than hanging it).
+/// The server's address for every client: 127.0.0.1.
+constexpr const char* kServerAddress = "127.0.0.1";
+
+sockaddr_in loopback_address(const char* address, int port) {
+  sockaddr_in socket_address{};
+  socket_address.sin_family = AF_INET;
+  socket_address.sin_port = htons(static_cast<std::uint16_t>(port));
+  inet_pton(AF_INET, address, &socket_address.sin_addr);
+  return socket_address;
+}
+
+/// A loopback client, connecting from `source` (any of 127.0.0.0/8 is this machine, so each
+/// stands for another client to the server). Each read or write waits at most 30 s (the
+/// safety net: a server that never answers fails the test rather than hanging it).
 class Client {
  public:
-  explicit Client(int port) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  explicit Client(int port, const char* source = kServerAddress)
+      : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
     const timeval safety_net{.tv_sec = 30, .tv_usec = 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &safety_net, sizeof(safety_net));
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &safety_net, sizeof(safety_net));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    const sockaddr_in from = loopback_address(source, 0);
+    const sockaddr_in to = loopback_address(kServerAddress, port);
+    connected_ = bind(fd_, reinterpret_cast<const sockaddr*>(&from), sizeof(from)) == 0 &&
+                 connect(fd_, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0;
   }
   ~Client() { close(fd_); }
   Client(const Client&) = delete;
@@ -82,12 +95,22 @@ class Client {
 
   /// Whether the server has closed the connection, without waiting.
   bool closed_by_server() {
-    char byte = 0;
-    const ssize_t got = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t got = peek();
     return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
   }
 
+  /// Whether the server has answered (a refusal, say) or closed, without waiting.
+  bool heard_from_server() {
+    const ssize_t got = peek();
+    return got >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+
  private:
+  ssize_t peek() {
+    char byte = 0;
+    return recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  }
+
   int fd_;
   bool connected_ = false;
 };
@@ -108,18 +131,35 @@ Reply parse_reply(const std::string& raw) {
   return reply;
 }
 
-/// Sends `request` on a fresh connection and reads the answer.
-Reply ask(int port, std::string_view request) {
-  Client client(port);
+/// Sends `request` on `client` and reads the answer.
+Reply ask(Client& client, std::string_view request) {
   if (!client.connected() || !client.send_all(request)) return {};
   return parse_reply(client.read_to_end().value_or(""));
+}
+
+/// Sends `request` on a fresh connection from `source` and reads the answer.
+Reply ask(int port, std::string_view request, const char* source = kServerAddress) {
+  Client client(port, source);
+  return ask(client, request);
 }
 
 std::string request_of(std::string_view method, std::string_view target) {
   return std::string(method) + " " + std::string(target) + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 }
 
-Reply get_metrics(int port) { return ask(port, request_of("GET", "/metrics")); }
+Reply get_metrics(int port, const char* source = kServerAddress) {
+  return ask(port, request_of("GET", "/metrics"), source);
+}
+
+/// `count` connections from `source`, left idle.
+std::vector<std::unique_ptr<Client>> idle_clients(int port, const char* source, int count) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int index = 0; index < count; ++index) {
+    clients.push_back(std::make_unique<Client>(port, source));
+    EXPECT_TRUE(clients.back()->connected()) << source << " #" << index;
+  }
+  return clients;
+}
 
 std::string numbered_fields(int count) {
   std::string fields;
@@ -184,6 +224,8 @@ TEST(MetricsServer, NamesAnAddressItCannotListenOnAndOptionsOutOfRange) {
   EXPECT_MOESTAT_ERROR(constant_server({.port = 70000}), "port 70000 is not a TCP port");
   EXPECT_MOESTAT_ERROR(constant_server({.max_connections = 0}),
                        "max_connections 0 is not positive");
+  EXPECT_MOESTAT_ERROR(constant_server({.max_connections_per_client = 0}),
+                       "max_connections_per_client 0 is not positive");
   EXPECT_MOESTAT_ERROR(constant_server({.request_timeout = 0ms}),
                        "request_timeout 0 ms is not positive");
   EXPECT_MOESTAT_ERROR(constant_server({.request_timeout = std::chrono::milliseconds::max()}),
@@ -253,6 +295,64 @@ TEST(MetricsServer, ConnectionsBeyondTheCapAreRefused) {
     status = get_metrics(server.port()).status;
   }
   EXPECT_EQ(status, 200);
+}
+
+// Issue 39, item 9: 64 idle sockets of one client, reopened as the server closed them, got
+// every scrape refused (0 of 40, all 503).
+TEST(MetricsServer, OneClientsIdleSocketsDoNotKeepAnotherOut) {
+  MetricsServer server = constant_server({.request_timeout = 600s});  // 64, 8 per client
+  std::vector<std::unique_ptr<Client>> hog = idle_clients(server.port(), "127.0.0.2", 64);
+  for (int scrape = 0; scrape < 40; ++scrape) {
+    EXPECT_EQ(get_metrics(server.port(), "127.0.0.3").status, 200) << "scrape " << scrape;
+    for (std::unique_ptr<Client>& client : hog) {
+      if (client->heard_from_server()) {
+        client = std::make_unique<Client>(server.port(), "127.0.0.2");
+      }
+    }
+  }
+  // Accepted in order: the first eight hold the client's places (each is served when it asks
+  // at last); any further one of that client is refused at once.
+  EXPECT_EQ(get_metrics(server.port(), "127.0.0.2").status, 503);
+  for (int index = 0; index < 8; ++index) {
+    EXPECT_EQ(ask(*hog[static_cast<std::size_t>(index)], request_of("GET", "/metrics")).status, 200)
+        << "connection " << index;
+  }
+}
+
+TEST(MetricsServer, AtTheCapANewClientTakesThePlaceOfAnotherClientsIdleConnection) {
+  // One client may fill the cap here; the newcomer still gets in.
+  MetricsServer server = constant_server(
+      {.max_connections = 4, .max_connections_per_client = 4, .request_timeout = 600s});
+  std::vector<std::unique_ptr<Client>> hog = idle_clients(server.port(), "127.0.0.2", 4);
+  EXPECT_EQ(get_metrics(server.port(), "127.0.0.2").status, 503);  // its share is full
+  // The newcomer's scrape is served; the hog's oldest connection gave its place, with a 503.
+  // The newcomer stays connected (answered, not yet closed), so it keeps that place.
+  Client newcomer(server.port(), "127.0.0.3");
+  EXPECT_EQ(ask(newcomer, request_of("GET", "/metrics")).status, 200);
+  EXPECT_EQ(parse_reply(hog[0]->read_to_end().value_or("")).status, 503);
+  // The hog, holding the most (3), cannot push another out: refused, its three kept.
+  EXPECT_EQ(get_metrics(server.port(), "127.0.0.2").status, 503);
+  for (std::size_t index = 1; index < hog.size(); ++index) {
+    EXPECT_EQ(ask(*hog[index], request_of("GET", "/metrics")).status, 200) << index;
+  }
+}
+
+TEST(MetricsServer, AtTheCapIdleConnectionsOfManyAddressesDoNotKeepANewClientOut) {
+  // Every address of 127.0.0.0/8 is a local client's to use: four hold one place each.
+  MetricsServer server = constant_server({.max_connections = 4, .request_timeout = 600s});
+  std::vector<std::unique_ptr<Client>> idle;
+  for (const char* source : {"127.0.1.1", "127.0.1.2", "127.0.1.3", "127.0.1.4"}) {
+    idle.push_back(std::make_unique<Client>(server.port(), source));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  Client newcomer(server.port(), "127.0.0.3");
+  EXPECT_EQ(ask(newcomer, request_of("GET", "/metrics")).status, 200);
+  EXPECT_EQ(parse_reply(idle[0]->read_to_end().value_or("")).status, 503);  // the oldest
+  // Every address now holds one: a second connection of one of them takes no one's place.
+  EXPECT_EQ(get_metrics(server.port(), "127.0.1.2").status, 503);
+  for (std::size_t index = 1; index < idle.size(); ++index) {
+    EXPECT_EQ(ask(*idle[index], request_of("GET", "/metrics")).status, 200) << index;
+  }
 }
 
 TEST(MetricsServer, HeadsOverTheLimitsAre431) {

@@ -20,9 +20,17 @@ struct MetricsServerOptions {
   std::string host = "127.0.0.1";
   /// TCP port; 0 picks a free one (see MetricsServer::port).
   int port = 0;
-  /// Connections open at once; one accepted beyond them is answered 503 and closed, so the
-  /// endpoint never holds more than this many descriptors of its host (plus the listening one).
+  /// Connections open at once; one accepted beyond them is answered 503 and closed (unless it
+  /// takes an idle one's place, below), so the endpoint never holds more than this many
+  /// descriptors of its host (plus the listening one).
   int max_connections = 64;
+  /// Connections one client address holds at once; one beyond them is answered 503 and closed.
+  /// At max_connections, a new connection from an address holding fewer than another takes
+  /// the place of that other's oldest idle one (waiting for its request, or answered and not
+  /// yet closed by its client), which is closed (with a 503 if it had not been answered): idle
+  /// sockets of one client, or of many addresses holding one each, never keep a new client's
+  /// scrape out.
+  int max_connections_per_client = 8;
   /// Time from accepting a connection to closing it: the request must arrive and the answer be
   /// taken within it, however the client paces its bytes. A scraper asks and reads at once.
   std::chrono::milliseconds request_timeout{10'000};

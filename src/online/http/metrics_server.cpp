@@ -4,22 +4,31 @@
 // whose accepted connections wait in an unbounded queue for its worker: one client sending a
 // header byte every 3 s held every scrape up for 46 s, and 1,100 idle connections took the
 // engine's last file descriptors.
+//
+// The connection cap is shared fairly among client addresses: one address holds at most
+// max_connections_per_client, and at the cap a newcomer takes the place of an idle connection
+// of an address holding more than it does. Else 64 idle sockets of one client, reopened as
+// the server closed them, got every scrape refused (issue 39, item 9).
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <moestat/error.hpp>
 #include <moestat/online/metrics_server.hpp>
 #include <moestat/online/prometheus.hpp>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -68,6 +77,31 @@ class Descriptor {
 
 bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
 
+/// A client's address without its port: what the per-client limit counts.
+struct PeerAddress {
+  sa_family_t family = AF_UNSPEC;
+  std::array<std::uint8_t, 16> bytes{};  // the IPv4 address in the first 4
+  auto operator<=>(const PeerAddress&) const = default;
+};
+
+PeerAddress peer_address_of(const sockaddr_storage& address) {
+  PeerAddress peer{.family = address.ss_family};
+  if (address.ss_family == AF_INET) {
+    std::memcpy(peer.bytes.data(), &reinterpret_cast<const sockaddr_in&>(address).sin_addr, 4);
+  } else if (address.ss_family == AF_INET6) {
+    std::memcpy(peer.bytes.data(), &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, 16);
+  }
+  return peer;
+}
+
+/// Answers 503 and leaves the close to the caller. Best effort: a client whose socket is full
+/// gets the close alone.
+void refuse(const Descriptor& client) {
+  const std::string refusal = detail::bare_answer(503);
+  [[maybe_unused]] const ssize_t sent =
+      send(client.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 struct Connection {
   enum class Phase {
     reading,   // the request's head
@@ -78,6 +112,7 @@ struct Connection {
   };
 
   Descriptor socket;
+  PeerAddress peer;
   Clock::time_point deadline;
   detail::RequestHead head;
   std::string answer{};
@@ -168,6 +203,65 @@ void advance(Connection& connection, const std::function<std::string()>& text) {
   }
 }
 
+/// The open connections, oldest first, and how many each client address holds.
+class ConnectionTable {
+ public:
+  std::size_t size() const noexcept { return connections_.size(); }
+  std::span<Connection> all() noexcept { return connections_; }
+
+  int held_by(const PeerAddress& peer) const {
+    const auto found = held_.find(peer);
+    return found == held_.end() ? 0 : found->second;
+  }
+
+  void add(Connection connection) {
+    ++held_[connection.peer];
+    connections_.push_back(std::move(connection));
+  }
+
+  /// Drops the closed connections and those past their deadline.
+  void remove_finished(Clock::time_point now) {
+    std::erase_if(connections_, [&](const Connection& connection) {
+      const bool finished =
+          connection.phase == Connection::Phase::closed || connection.deadline <= now;
+      if (finished) release(connection.peer);
+      return finished;
+    });
+  }
+
+  /// Makes a place for a client holding `held` connections: closes the oldest idle connection
+  /// (still waiting for its request, or answered and waiting for the client's close) among
+  /// those of the addresses holding the most, if they hold more than `held`. False when none
+  /// may go. An answer being sent is never cut.
+  bool displace_for(int held) {
+    auto chosen = connections_.end();
+    int most = held;
+    for (auto connection = connections_.begin(); connection != connections_.end(); ++connection) {
+      const bool idle = connection->phase == Connection::Phase::reading ||
+                        connection->phase == Connection::Phase::draining;
+      const int count = held_by(connection->peer);
+      if (idle && count > most) {
+        chosen = connection;
+        most = count;
+      }
+    }
+    if (chosen == connections_.end()) return false;
+    if (chosen->phase == Connection::Phase::reading) refuse(chosen->socket);
+    release(chosen->peer);
+    connections_.erase(chosen);
+    return true;
+  }
+
+ private:
+  void release(const PeerAddress& peer) {
+    const auto found = held_.find(peer);
+    if (--found->second == 0) held_.erase(found);
+  }
+
+  std::vector<Connection> connections_;
+  std::map<PeerAddress, int> held_;
+};
+
 Descriptor listen_on(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -220,14 +314,27 @@ struct MetricsServer::Impl {
   std::thread thread;
 
   void serve();
-  /// Accepts what is pending: up to the cap, then answers 503 and closes.
-  void accept_pending(std::vector<Connection>& connections, Clock::time_point& paused_until);
+  /// Accepts what is pending: up to the caps (see the top of this file), then answers 503 and
+  /// closes.
+  void accept_pending(ConnectionTable& connections, Clock::time_point& paused_until);
+  /// Whether a client at `peer` may have one more connection, making a place for it if needed.
+  bool admit(ConnectionTable& connections, const PeerAddress& peer) const;
 };
 
-void MetricsServer::Impl::accept_pending(std::vector<Connection>& connections,
+bool MetricsServer::Impl::admit(ConnectionTable& connections, const PeerAddress& peer) const {
+  const int held = connections.held_by(peer);
+  if (held >= options.max_connections_per_client) return false;
+  return connections.size() < static_cast<std::size_t>(options.max_connections) ||
+         connections.displace_for(held);
+}
+
+void MetricsServer::Impl::accept_pending(ConnectionTable& connections,
                                          Clock::time_point& paused_until) {
   for (int turn = 0; turn < kAcceptsPerTurn; ++turn) {
-    Descriptor client(accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage address{};
+    socklen_t address_size = sizeof(address);
+    Descriptor client(accept4(listener.get(), reinterpret_cast<sockaddr*>(&address), &address_size,
+                              SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (client.get() < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         paused_until = Clock::now() + kAcceptPause;
@@ -235,22 +342,21 @@ void MetricsServer::Impl::accept_pending(std::vector<Connection>& connections,
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // none pending (or a failure the next wake-up retries)
     }
-    if (connections.size() >= static_cast<std::size_t>(options.max_connections)) {
-      const std::string refusal = detail::bare_answer(503);
-      // Best effort: a client whose socket is full gets the close alone.
-      [[maybe_unused]] const ssize_t sent =
-          send(client.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const PeerAddress peer = peer_address_of(address);
+    if (!admit(connections, peer)) {
+      refuse(client);
       continue;
     }
-    connections.push_back(
+    connections.add(
         {.socket = std::move(client),
+         .peer = peer,
          .deadline = Clock::now() + options.request_timeout,
          .head = detail::RequestHead(options.max_header_bytes, options.max_header_count)});
   }
 }
 
 void MetricsServer::Impl::serve() {
-  std::vector<Connection> connections;
+  ConnectionTable connections;
   std::vector<pollfd> polled;
   Clock::time_point accept_paused_until;
   while (true) {
@@ -260,7 +366,7 @@ void MetricsServer::Impl::serve() {
     polled.push_back({.fd = wake.get(), .events = POLLIN, .revents = 0});
     // A negative descriptor is skipped by poll().
     polled.push_back({.fd = accepting ? listener.get() : -1, .events = POLLIN, .revents = 0});
-    for (const Connection& connection : connections) {
+    for (const Connection& connection : connections.all()) {
       const bool writing = connection.phase == Connection::Phase::writing;
       polled.push_back({.fd = connection.socket.get(),
                         .events = static_cast<short>(writing ? POLLOUT : POLLIN),
@@ -277,14 +383,11 @@ void MetricsServer::Impl::serve() {
     if (polled[0].revents != 0) return;  // stop()
 
     for (std::size_t index = 0; index < connections.size(); ++index) {
-      if (polled[index + 2].revents != 0) advance(connections[index], text);
+      if (polled[index + 2].revents != 0) advance(connections.all()[index], text);
     }
     // Past its deadline a connection closes whatever it was doing: a client that trickles
     // its request, or reads the answer slowly, cannot keep its place longer.
-    const Clock::time_point now = Clock::now();
-    std::erase_if(connections, [now](const Connection& connection) {
-      return connection.phase == Connection::Phase::closed || connection.deadline <= now;
-    });
+    connections.remove_finished(Clock::now());
     if (polled[1].revents != 0) accept_pending(connections, accept_paused_until);
   }
 }
@@ -295,6 +398,9 @@ MetricsServer::MetricsServer(std::function<std::string()> text, MetricsServerOpt
                 "metrics server: port {} is not a TCP port (0 to 65535)", options.port);
   MOESTAT_CHECK(options.max_connections > 0, "metrics server: max_connections {} is not positive",
                 options.max_connections);
+  MOESTAT_CHECK(options.max_connections_per_client > 0,
+                "metrics server: max_connections_per_client {} is not positive",
+                options.max_connections_per_client);
   MOESTAT_CHECK(options.request_timeout.count() > 0,
                 "metrics server: request_timeout {} ms is not positive",
                 options.request_timeout.count());
