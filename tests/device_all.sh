@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs on a bare GPU machine, in one call (about 5 minutes on an H100): the GPU recorder tests
-# and the CUDA tests of the Python package and the engines, the CUDA recorder fed from eight
-# threads included (tests/engines/run_gpu_tests.sh), then moestat.vllm's GPU tests against
-# vLLM's own Python code on the same build (tests/engines/run_device_vllm.sh). The route suite
-# needs a binary built here with nvcc and runs on its own (tests/routes/run_device_routes.sh).
+# Runs on a bare GPU machine, in one call: the GPU recorder tests and the CUDA tests of the
+# Python package and the engines, the CUDA recorder fed from eight threads included
+# (tests/engines/run_gpu_tests.sh, which also builds the route recorders' GPU tests), then
+# moestat.vllm's GPU tests against vLLM's own Python code (tests/engines/run_device_vllm.sh),
+# then the route suite: the route recorders' GPU tests, the capture cost on a decode step, the
+# route-capture, SGLang capturer and routing-replay tests on CUDA, compute-sanitizer
+# (tests/routes/run_device_routes.sh), all on the one build.
 #
 # Usage: tests/device_all.sh OUT_DIR PREPARED
 #   PREPARED: made by tests/device_prepare.sh where Debian's packages and PyPI are reachable.
@@ -28,6 +30,9 @@ tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
 echo "=== vLLM"
 MOESTAT_DEVICE_BUILD=build-gpu tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" \
   "$logs/vllm" "$prepared/deps" || status=1
+echo "=== routes"
+MOESTAT_DEVICE_BUILD=build-gpu tests/routes/run_device_routes.sh build-gpu/tests/gpu \
+  "$logs/routes" "$prepared/deps" || status=1
 
 pack_logs
 echo "=== device_all: exit status $status"

@@ -7,8 +7,9 @@
 #                             Debian packages, without their documentation (tests/device_deps.sh)
 #   .deps/device/vllm-bundle  vLLM 0.33.0's Python sources and the wheels it imports
 #                             (tests/engines/vllm_device_bundle.sh)
-#   .deps/device/sglang.zip   the files of .venv-engines' sglang that the differential tests
-#                             load (tests/engines/sglang_harness.py: MOESTAT_SGLANG_WHEEL)
+#   .deps/device/sglang.zip   the files of .venv-engines' sglang that the differential and
+#                             routed-experts tests load (tests/engines/sglang_harness.py:
+#                             MOESTAT_SGLANG_WHEEL)
 # The device tool carries at most 64 MiB with the working tree; the script prints the size.
 # Then, on the device: tests/device_all.sh "$OUT" .deps/device   (carry: .deps/device)
 set -euo pipefail

@@ -509,14 +509,17 @@ def make_forward_batch(num_tokens: int, forward_mode: str = "decode", device: st
 
 
 def write_files_zip(path: str) -> None:
-    """Writes what MOESTAT_SGLANG_WHEEL reads (the files this module loads and sglang's
-    METADATA) from the installed sglang into a zip at path: for a machine that cannot install
-    sglang (tests/device_prepare.sh)."""
+    """Writes what MOESTAT_SGLANG_WHEEL reads (the files this module loads, those the
+    routed-experts tests load through sglang_state_capturer, and sglang's METADATA) from the
+    installed sglang into a zip at path: for a machine that cannot install sglang
+    (tests/device_prepare.sh)."""
+    import sglang_state_capturer  # noqa: PLC0415 (it imports this module)
+
     source = sglang_source()
     root = source.package_dir.parent
     metadata = importlib.metadata.distribution("sglang")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in _NEEDED_FILES:
+        for name in _NEEDED_FILES + sglang_state_capturer.LOADED_FILES:
             archive.write(root / name, name)
         for directory in _NEEDED_DIRS:
             for file in sorted((root / directory).rglob("*.py")):

@@ -49,6 +49,7 @@ PINNED = "0.5.23"
 BASE = "sglang/srt/state_capturer/base.py"
 ROUTED_EXPERTS = "sglang/srt/state_capturer/routed_experts.py"
 DETOKENIZER = "sglang/srt/managers/detokenizer_manager.py"
+LOADED_FILES = (BASE, ROUTED_EXPERTS, DETOKENIZER)  # what sglang_harness.py --zip carries
 
 
 def sglang_file(relative: str, tmp_dir: pathlib.Path) -> tuple[pathlib.Path, str]:
