@@ -25,6 +25,7 @@ CpuRouteRecorder::CpuRouteRecorder(ModelTopology topology, RouteRecorderOptions 
   const std::int64_t capacity = this->options().capacity_tokens;
   scratch_ids_.assign(std::size_t(rows * row_id_bytes()), std::byte{0});
   scratch_stamps_.assign(std::size_t(rows * layout().num_columns()), 0);
+  scratch_invalid_.assign(std::size_t(rows * layout().num_columns()), 0);
   ids_.assign(std::size_t(capacity * row_id_bytes()), std::byte{0});
   valid_.assign(std::size_t(capacity * layout().num_columns()), std::byte{0});
   set_placement(Placement::trivial(this->topology().num_layers,
@@ -54,6 +55,7 @@ void CpuRouteRecorder::do_record(std::span<const ColumnIds> layers) {
   const std::int64_t num_physical = topology().num_physical_experts;
   const auto id_size = std::int64_t(dtype_size(layout().id_dtype()));
   std::vector<std::int64_t> logical(static_cast<std::size_t>(top_k));
+  std::lock_guard lock(record_mutex_);
   for (const ColumnIds& layer : layers) {
     layer.topk_ids.require_cpu("route recorder: top-k ids");
     const std::int32_t* map = physical_to_logical_.data() + layer.column * num_physical;
@@ -70,7 +72,8 @@ void CpuRouteRecorder::do_record(std::span<const ColumnIds> layers) {
         logical[std::size_t(k)] = in_range ? map[id] : 0;
       }
       if (!in_range || has_repeat(logical)) {
-        invalid_ids_.fetch_add(1, std::memory_order_relaxed);
+        // Tallied at end_pass, if a span covers the row: padding rows are no routed token's.
+        scratch_invalid_[std::size_t(t * num_columns + layer.column)] = pass_stamp_;
         continue;
       }
       std::byte* out = scratch_ids_.data() + (t * num_columns + layer.column) * top_k * id_size;
@@ -91,8 +94,9 @@ void CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   const std::int64_t column_bytes = row_id_bytes() / num_columns;
   for (const RowMove& move : moves) {
     for (std::int64_t c = 0; c < num_columns; ++c) {
-      const bool written =
-          scratch_stamps_[std::size_t(move.batch_row * num_columns + c)] == pass_stamp_;
+      const auto cell = std::size_t(move.batch_row * num_columns + c);
+      const bool written = scratch_stamps_[cell] == pass_stamp_;
+      if (!written && scratch_invalid_[cell] == pass_stamp_) ++invalid_ids_;
       std::byte* out = ids_.data() + (move.store_row * num_columns + c) * column_bytes;
       if (written) {
         std::memcpy(out, scratch_ids_.data() + (move.batch_row * num_columns + c) * column_bytes,
@@ -119,13 +123,13 @@ void CpuRouteRecorder::do_read_rows(std::span<const std::int32_t> rows, std::byt
 }
 
 void CpuRouteRecorder::do_set_placement(std::span<const std::int32_t> physical_to_logical) {
-  // The forward thread reads the map without the lock: it changes at begin_pass only.
+  // Installed by the next begin_pass, which no hook runs beside (the pass lock): a pass maps
+  // through one placement throughout.
   next_physical_to_logical_.assign(physical_to_logical.begin(), physical_to_logical.end());
 }
 
 RouteRecorder::BackendTallies CpuRouteRecorder::do_backend_tallies() const {
-  return {invalid_ids_.load(std::memory_order_relaxed),
-          layers_written_twice_.load(std::memory_order_relaxed)};
+  return {invalid_ids_, layers_written_twice_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace moestat::routes

@@ -35,14 +35,30 @@ std::int64_t RouteRecorder::capacity_bytes() const noexcept {
 
 void RouteRecorder::begin_pass() {
   check_pass_control("begin_pass");
+  std::unique_lock pass(pass_mutex_);
   std::lock_guard lock(mutex_);
   MOESTAT_CHECK(!pass_open_, "route recorder: begin_pass while a pass is open");
   do_begin_pass();
   pass_open_ = true;
 }
 
-std::vector<RouteRecorder::RowMove> RouteRecorder::assign_rows(std::span<const TokenSpan> batch) {
-  // Checked whole before any row is given, so a refused batch changes nothing.
+struct RouteRecorder::PassPlan {
+  /// A request the batch already knew: the rows it gains and where its routes then end.
+  struct Grown {
+    RequestRows* request;  // its rows have room reserved for `rows`
+    std::vector<HeldRow> rows;
+    std::int64_t end;
+  };
+  std::vector<RowMove> moves;
+  std::size_t rows_used = 0;  // from the back of free_rows_
+  std::vector<Grown> grown;
+  std::map<std::string, RequestRows, std::less<>> new_requests;
+  std::int64_t tokens_recorded = 0;
+  std::int64_t tokens_without_room = 0;
+  std::int64_t tokens_already_taken = 0;
+};
+
+void RouteRecorder::check_batch(std::span<const TokenSpan> batch) const {
   std::vector<bool> covered(std::size_t(options_.max_tokens_per_pass), false);
   std::int64_t next_row = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -54,6 +70,11 @@ std::vector<RouteRecorder::RowMove> RouteRecorder::assign_rows(std::span<const T
     MOESTAT_CHECK(first >= 0 && span.num_tokens <= options_.max_tokens_per_pass - first,
                   "route recorder: request {}'s rows [{}, {}) pass max_tokens_per_pass ({})",
                   span.request_id, first, first + span.num_tokens, options_.max_tokens_per_pass);
+    // Written as a difference: first_position + num_tokens may not fit in 64 bits.
+    MOESTAT_CHECK(span.first_position <= kMaxPosition - span.num_tokens,
+                  "route recorder: request {}'s {} tokens from position {} end past the largest "
+                  "position, 2^62",
+                  span.request_id, span.num_tokens, span.first_position);
     for (std::int64_t row = first; row < first + span.num_tokens; ++row) {
       MOESTAT_CHECK(!covered[std::size_t(row)], "route recorder: batch row {} is in two spans",
                     row);
@@ -63,47 +84,99 @@ std::vector<RouteRecorder::RowMove> RouteRecorder::assign_rows(std::span<const T
       MOESTAT_CHECK(span.request_id != batch[j].request_id,
                     "route recorder: request {} appears twice in one batch", span.request_id);
     }
+    // A take() hands a gap out as rows not valid: bounding the gap bounds what one take()
+    // can be made to allocate per span to a full store's worth, whatever the positions.
+    const auto known = requests_.find(span.request_id);
+    MOESTAT_CHECK(known == requests_.end() ||
+                      span.first_position - known->second.end <= options_.capacity_tokens,
+                  "route recorder: request {}'s span starts at position {}, {} past the end of "
+                  "its routes; the most is capacity_tokens ({})",
+                  span.request_id, span.first_position,
+                  known == requests_.end() ? 0 : span.first_position - known->second.end,
+                  options_.capacity_tokens);
     next_row = first + span.num_tokens;
   }
-  std::vector<RowMove> moves;
-  next_row = 0;
-  for (const TokenSpan& span : batch) {
-    const auto [entry, is_new] = requests_.try_emplace(span.request_id);
-    RequestRows& request = entry->second;
-    if (is_new) {
-      request.first_position = span.first_position;
-      request.end = span.first_position;
-    }
-    const std::int64_t first = span.first_row == TokenSpan::kFollows ? next_row : span.first_row;
-    for (std::int64_t i = 0; i < span.num_tokens; ++i) {
-      const std::int32_t row = assign_row(request, span.first_position + i);
-      if (row >= 0) moves.push_back({std::int32_t(first + i), row});
-    }
-    request.end = std::max(request.end, span.first_position + span.num_tokens);
-    next_row = first + span.num_tokens;
-  }
-  return moves;
 }
 
-std::int32_t RouteRecorder::assign_row(RequestRows& request, std::int64_t position) {
-  if (position < request.first_position) {
-    // Handed out by an earlier take(): the trainer has it already.
-    ++tallies_.tokens_already_taken;
-    return -1;
+RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batch) {
+  PassPlan plan;
+  std::int64_t next_row = 0;
+  for (const TokenSpan& span : batch) {
+    const auto known = requests_.find(span.request_id);
+    RequestRows* request = known == requests_.end() ? nullptr : &known->second;
+    std::vector<HeldRow> rows;  // by position, as the span's
+    const std::int64_t not_taken = request ? request->first_position : span.first_position;
+    const std::int64_t first = span.first_row == TokenSpan::kFollows ? next_row : span.first_row;
+    for (std::int64_t i = 0; i < span.num_tokens; ++i) {
+      const std::int64_t position = span.first_position + i;
+      const auto batch_row = std::int32_t(first + i);
+      if (position < not_taken) {
+        // Handed out by an earlier take(): the trainer has it already.
+        ++plan.tokens_already_taken;
+        continue;
+      }
+      // A position routed again (a request preempted and prefilled anew) keeps its row, which
+      // this pass overwrites.
+      const std::int32_t held = request ? held_row(*request, position) : -1;
+      if (held >= 0) {
+        plan.moves.push_back({batch_row, held});
+      } else if (plan.rows_used < free_rows_.size()) {
+        const std::int32_t row = free_rows_[free_rows_.size() - 1 - plan.rows_used++];
+        rows.push_back({position, row});
+        plan.moves.push_back({batch_row, row});
+      } else {
+        ++plan.tokens_without_room;
+        continue;
+      }
+      ++plan.tokens_recorded;
+    }
+    const std::int64_t end = span.first_position + span.num_tokens;
+    if (request) {
+      // Reserved now, so commit() does not allocate; doubled, so appends stay amortised O(1).
+      const std::size_t needed = request->rows.size() + rows.size();
+      if (needed > request->rows.capacity()) {
+        request->rows.reserve(std::max(needed, 2 * request->rows.capacity()));
+      }
+      plan.grown.push_back({request, std::move(rows), std::max(request->end, end)});
+    } else {
+      plan.new_requests.emplace(span.request_id,
+                                RequestRows{span.first_position, std::move(rows), end});
+    }
+    next_row = first + span.num_tokens;
   }
-  const auto index = std::size_t(position - request.first_position);
-  if (index >= request.rows.size()) request.rows.resize(index + 1, -1);
-  // A position routed again (a request preempted and prefilled anew) gets a fresh row.
-  if (request.rows[index] >= 0) release(request.rows[index]);
-  request.rows[index] = -1;
-  if (free_rows_.empty()) {
-    ++tallies_.tokens_without_room;
-    return -1;
+  return plan;
+}
+
+std::int32_t RouteRecorder::held_row(const RequestRows& request, std::int64_t position) {
+  const auto found =
+      std::lower_bound(request.rows.begin(), request.rows.end(), position,
+                       [](const HeldRow& held, std::int64_t p) { return held.position < p; });
+  return found == request.rows.end() || found->position != position ? -1 : found->row;
+}
+
+void RouteRecorder::commit(PassPlan& plan) noexcept {
+  // Nothing here throws (room reserved by plan_rows, new requests' nodes spliced, a merge
+  // that falls back to no buffer rather than fail), so the table never holds half a pass.
+  free_rows_.resize(free_rows_.size() - plan.rows_used);
+  const auto by_position = [](const HeldRow& a, const HeldRow& b) {
+    return a.position < b.position;
+  };
+  for (PassPlan::Grown& grown : plan.grown) {
+    std::vector<HeldRow>& rows = grown.request->rows;
+    const auto old_size = std::ptrdiff_t(rows.size());
+    rows.insert(rows.end(), grown.rows.begin(), grown.rows.end());
+    // Sorted already when the span follows what the request holds: the common case, which
+    // then costs no merge.
+    if (old_size > 0 && !grown.rows.empty() &&
+        grown.rows.front().position < rows[std::size_t(old_size - 1)].position) {
+      std::inplace_merge(rows.begin(), rows.begin() + old_size, rows.end(), by_position);
+    }
+    grown.request->end = grown.end;
   }
-  request.rows[index] = free_rows_.back();
-  free_rows_.pop_back();
-  ++tallies_.tokens_recorded;
-  return request.rows[index];
+  requests_.merge(plan.new_requests);
+  tallies_.tokens_recorded += plan.tokens_recorded;
+  tallies_.tokens_without_room += plan.tokens_without_room;
+  tallies_.tokens_already_taken += plan.tokens_already_taken;
 }
 
 void RouteRecorder::release(std::int32_t row) { free_rows_.push_back(row); }
@@ -131,8 +204,9 @@ void RouteRecorder::record_topk(std::int64_t layer, const TensorView& topk_ids) 
 }
 
 void RouteRecorder::record_topk_layers(std::span<const LayerTopk> layers) {
-  // NOTE: pass_open_ is written by the forward thread only (begin/end/abort_pass), so the
-  // hook reads it without the lock the control calls take.
+  // Shared: hooks of several threads run together, but never while a pass opens or ends (the
+  // CPU backend's begin_pass installs the placement the hooks map through).
+  std::shared_lock pass(pass_mutex_);
   MOESTAT_CHECK(pass_open_ || accepts_hooks_outside_pass(),
                 "route recorder: a layer hook outside a pass (call begin_pass first)");
   std::vector<ColumnIds> columns;
@@ -151,10 +225,15 @@ void RouteRecorder::record_topk_layers(std::span<const LayerTopk> layers) {
 void RouteRecorder::end_pass(std::span<const TokenSpan> batch) {
   require_keys(RouteKeys::kRequestPositions, "end_pass(batch)");
   check_pass_control("end_pass");
+  std::unique_lock pass(pass_mutex_);
   std::lock_guard lock(mutex_);
   MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
-  const std::vector<RowMove> moves = assign_rows(batch);
-  do_end_pass(moves);
+  // Checked whole and planned before anything changes; committed only once the backend has
+  // moved the rows, so a refused batch or a failed move leaves the table as it was.
+  check_batch(batch);
+  PassPlan plan = plan_rows(batch);
+  do_end_pass(plan.moves);
+  commit(plan);
   pass_open_ = false;
   ++tallies_.passes;
 }
@@ -165,6 +244,7 @@ void RouteRecorder::end_pass_slots(std::span<const std::int64_t> slots) {
   MOESTAT_CHECK(std::int64_t(slots.size()) <= options_.max_tokens_per_pass,
                 "route recorder: {} slots, more than max_tokens_per_pass ({})", slots.size(),
                 options_.max_tokens_per_pass);
+  std::unique_lock pass(pass_mutex_);
   std::lock_guard lock(mutex_);
   MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
   std::vector<RowMove> moves;
@@ -216,6 +296,7 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
 
 void RouteRecorder::abort_pass() {
   check_pass_control("abort_pass");
+  std::unique_lock pass(pass_mutex_);
   std::lock_guard lock(mutex_);
   MOESTAT_CHECK(pass_open_, "route recorder: abort_pass without begin_pass");
   do_abort_pass();
@@ -244,15 +325,15 @@ RoutedExperts RouteRecorder::take_locked_then_read(std::string_view request_id, 
       return RoutedExperts::unrecorded(layout_, std::string(request_id), 0, 0);
     }
     RequestRows& request = found->second;
-    const std::int64_t end = request.end;
     first_position = request.first_position;
-    const auto count = std::size_t(std::max<std::int64_t>(0, end - first_position));
-    rows.assign(request.rows.begin(),
-                request.rows.begin() + std::ptrdiff_t(std::min(count, request.rows.size())));
-    rows.resize(count, -1);
-    request.rows.erase(request.rows.begin(),
-                       request.rows.begin() + std::ptrdiff_t(std::min(count, request.rows.size())));
-    request.first_position += std::int64_t(count);
+    // Every held position is in [first_position, end); end_pass's gap bound keeps the gaps
+    // between them, handed out as rows not valid, to capacity_tokens per span.
+    rows.assign(std::size_t(request.end - first_position), -1);
+    for (const HeldRow& held : request.rows) {
+      rows[std::size_t(held.position - first_position)] = held.row;
+    }
+    request.rows = {};  // its memory too: a request holds memory only while it holds rows
+    request.first_position = request.end;
     if (forget) requests_.erase(found);
     placement_version = placement_version_;
     model = model_;

@@ -1,12 +1,14 @@
 // The CUDA route recorder against the CPU one fed the same passes: eagerly (int32 and int64
 // ids, a strided view with a fused shared-expert column, hostile ids, padding rows, a
-// placement with replicas), and from a captured CUDA graph replayed with a new batch each
-// time (begin_pass / end_pass on the host around each replay).
+// placement with replicas), from a captured CUDA graph replayed with a new batch each
+// time (begin_pass / end_pass on the host around each replay), and from eight threads
+// (tests/routes/route_threads.hpp).
 #include <moestat/routes/cpu_route_recorder.hpp>
 #include <moestat/routes/cuda_route_recorder.hpp>
 
 #include "gpu/gpu_test_support.hpp"
 #include "routes/route_reference.hpp"
+#include "routes/route_threads.hpp"
 
 namespace moestat::testing {
 namespace {
@@ -227,6 +229,23 @@ TEST(CudaRouteRecorder, ReplaysOfACapturedGraphEqualTheCpuRecorder) {
   EXPECT_GT(cpu.tallies().passes, 100);
   gpu.set_stream(nullptr);
   MOESTAT_EXPECT_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(CudaRouteRecorder, APassMapsThroughOnePlacementWhateverTheThreads) {
+  MOESTAT_REQUIRE_GPU();
+  CudaRouteRecorder recorder(
+      test::threads_route_topology(),
+      {.max_tokens_per_pass = test::kThreadRows, .capacity_tokens = test::kThreadCapacity});
+  std::vector<std::unique_ptr<DeviceArray<std::int32_t>>> ids;
+  for (std::int64_t l = 0; l < test::kThreadLayers; ++l) {
+    ids.push_back(std::make_unique<DeviceArray<std::int32_t>>(test::thread_layer_ids(l)));
+  }
+  test::hammer_route_recorder(recorder, [&](std::int64_t layer) {
+    const std::int64_t shape[] = {test::kThreadRows, test::kThreadTopK};
+    return TensorView::contiguous(ids[std::size_t(layer)]->data(), DType::kInt32, shape,
+                                  Device::cuda(0));
+  });
+  MOESTAT_EXPECT_CUDA(cudaDeviceSynchronize());  // the id buffers go out of scope
 }
 
 }  // namespace

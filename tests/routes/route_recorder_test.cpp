@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <moestat/routes/cpu_route_recorder.hpp>
 #include <thread>
 
@@ -77,6 +78,7 @@ TEST(RouteRecorder, EqualsTheReferenceAcrossPassesAndTakes) {
                                       placement.physical_to_logical().end());
   const auto passes = test::random_route_passes(topology, recorder.layout(), map, 40, 5, 7, true);
   const auto expected = test::expected_routes(passes, topology, recorder.layout(), map);
+  const std::int64_t invalid_ids = test::expected_invalid_ids(passes, topology, recorder.layout());
   std::map<std::string, RoutedExperts> taken;
   for (std::size_t p = 0; p < passes.size(); ++p) {
     run_pass(recorder, passes[p]);
@@ -99,7 +101,8 @@ TEST(RouteRecorder, EqualsTheReferenceAcrossPassesAndTakes) {
   }
   const routes::RouteTallies tallies = recorder.tallies();
   EXPECT_EQ(tallies.passes, 40);
-  EXPECT_GT(tallies.invalid_ids, 0);
+  EXPECT_GT(invalid_ids, 0);
+  EXPECT_EQ(tallies.invalid_ids, invalid_ids);  // padding rows' bad ids not counted
   EXPECT_EQ(tallies.tokens_held, 0);
   EXPECT_TRUE(recorder.requests().empty());
 }
@@ -126,10 +129,14 @@ TEST(RouteRecorder, IdsAreTheNarrowestType) {
 struct OneLayer {
   CpuRouteRecorder recorder{ModelTopology::uniform(1, 4, 2),
                             {.max_tokens_per_pass = 8, .capacity_tokens = 3}};
-  void pass(std::vector<TokenSpan> batch, std::vector<std::int32_t> ids) {
+  /// Begins a pass and records `ids` ([rows, 2]) for the layer.
+  void open(const std::vector<std::int32_t>& ids) {
     recorder.begin_pass();
     const std::int64_t shape[] = {std::int64_t(ids.size() / 2), 2};
     recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, shape));
+  }
+  void pass(std::vector<TokenSpan> batch, const std::vector<std::int32_t>& ids) {
+    open(ids);
     recorder.end_pass(batch);
   }
 };
@@ -246,6 +253,122 @@ TEST(RouteRecorder, RefusesWhatCannotBeAttributed) {
   const RoutedExperts a = one.recorder.finish("a");
   EXPECT_EQ(a.id(0, 0, 0), 2);  // batch row 1
   EXPECT_EQ(one.recorder.take("never-seen").num_tokens(), 0);
+}
+
+TEST(RouteRecorder, ARefusedBatchChangesNothing) {
+  OneLayer one;  // a 3-token store
+  one.pass({{"done", 0, 1}}, {3, 0});
+  one.recorder.finish("done");  // its row is free again, and still holds its ids
+  one.open({1, 2, 2, 3});
+  // The first span would get a row before the second is found wrong: nothing may be kept.
+  const TokenSpan past_the_end[] = {{"a", 0, 1}, {"b", routes::kMaxPosition, 1}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(past_the_end), "end past the largest position");
+  const TokenSpan overflowing[] = {{"a", 0, 1},
+                                   {"b", std::numeric_limits<std::int64_t>::max() - 2, 6}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(overflowing), "end past the largest position");
+  one.recorder.abort_pass();
+  EXPECT_TRUE(one.recorder.requests().empty());
+  EXPECT_EQ(one.recorder.take("a").num_tokens(), 0);
+  EXPECT_EQ(one.recorder.tallies().tokens_recorded, 1);
+  EXPECT_EQ(one.recorder.tallies().tokens_held, 0);
+  // The last position a route may reach is kMaxPosition itself.
+  one.pass({{"last", routes::kMaxPosition - 1, 1}}, {1, 2});
+  const RoutedExperts last = one.recorder.finish("last");
+  EXPECT_EQ(last.first_position, routes::kMaxPosition - 1);
+  ASSERT_EQ(last.num_tokens(), 1);
+  EXPECT_TRUE(last.complete());
+}
+
+TEST(RouteRecorder, OverflowingSpansHoldNoRows) {
+  OneLayer one;  // a 3-token store
+  for (const char* request : {"x", "y"}) {
+    one.open({0, 1, 1, 2, 2, 3});
+    const TokenSpan overflowing[] = {{request, std::numeric_limits<std::int64_t>::max() - 2, 3}};
+    EXPECT_MOESTAT_ERROR(one.recorder.end_pass(overflowing), "end past the largest position");
+    one.recorder.abort_pass();
+  }
+  EXPECT_EQ(one.recorder.tallies().tokens_held, 0);
+  one.pass({{"a", 0, 3}}, {0, 1, 1, 2, 2, 3});
+  EXPECT_TRUE(one.recorder.finish("a").complete());  // the whole store was still free
+  EXPECT_EQ(one.recorder.tallies().tokens_without_room, 0);
+}
+
+TEST(RouteRecorder, GapsHoldNoRowsAndAreBoundedByTheCapacity) {
+  CpuRouteRecorder recorder(ModelTopology::uniform(1, 4, 2),
+                            {.max_tokens_per_pass = 2, .capacity_tokens = 16});
+  const std::int32_t ids[] = {0, 1};
+  const std::int64_t shape[] = {1, 2};
+  const auto pass = [&](std::int64_t position) {
+    recorder.begin_pass();
+    recorder.record_topk(0, TensorView::contiguous(ids, DType::kInt32, shape));
+    const TokenSpan batch[] = {{"a", position, 1}};
+    recorder.end_pass(batch);
+  };
+  pass(0);
+  // 3x10^8 positions on: a take() would hand out 3x10^8 rows no pass routed.
+  EXPECT_MOESTAT_ERROR(pass(300'000'000),
+                       "299999999 past the end of its routes; the most is capacity_tokens (16)");
+  recorder.abort_pass();
+  // 16 past the end: the most allowed; then one inside the gap, after a later position.
+  pass(17);
+  pass(5);
+  EXPECT_EQ(recorder.tallies().tokens_held, 3);  // the gaps hold no rows
+  const RoutedExperts a = recorder.take("a");
+  EXPECT_EQ(a.first_position, 0);
+  ASSERT_EQ(a.num_tokens(), 18);
+  for (std::int64_t t = 0; t < 18; ++t) {
+    EXPECT_EQ(a.is_valid(t, 0), t == 0 || t == 5 || t == 17) << t;
+  }
+  EXPECT_EQ(recorder.tallies().tokens_held, 0);
+  // After a take() the bound counts from the end of what was taken.
+  EXPECT_MOESTAT_ERROR(pass(18 + 17), "17 past the end of its routes");
+  recorder.abort_pass();
+}
+
+/// A backend whose end of pass fails while `fail` is set (a device error, say), and otherwise
+/// keeps nothing.
+class FailingEndRecorder final : public routes::RouteRecorder {
+ public:
+  FailingEndRecorder()
+      : RouteRecorder(ModelTopology::uniform(1, 4, 2),
+                      {.max_tokens_per_pass = 4, .capacity_tokens = 4}) {}
+  bool fail = true;
+
+ private:
+  void do_begin_pass() override {}
+  void do_record(std::span<const ColumnIds>) override {}
+  void do_end_pass(std::span<const RowMove>) override {
+    MOESTAT_CHECK(!fail, "the device is lost");
+  }
+  void do_abort_pass() override {}
+  void do_read_rows(std::span<const std::int32_t>, std::byte*, std::byte*) override {}
+  void do_set_placement(std::span<const std::int32_t>) override {}
+  BackendTallies do_backend_tallies() const override { return {}; }
+};
+
+TEST(RouteRecorder, ABatchIsCommittedOnlyOnceTheBackendMovedItsRows) {
+  FailingEndRecorder recorder;
+  const TokenSpan batch[] = {{"a", 0, 2}};
+  recorder.begin_pass();
+  EXPECT_MOESTAT_ERROR(recorder.end_pass(batch), "the device is lost");
+  EXPECT_TRUE(recorder.requests().empty());
+  EXPECT_EQ(recorder.tallies().tokens_held, 0);
+  EXPECT_EQ(recorder.tallies().tokens_recorded, 0);
+  recorder.fail = false;
+  recorder.end_pass(batch);  // the pass stayed open
+  EXPECT_EQ(recorder.tallies().tokens_held, 2);
+  EXPECT_EQ(recorder.take("a").num_tokens(), 2);
+}
+
+TEST(RouteRecorder, InvalidIdsAreTalliedForRoutedTokensOnly) {
+  OneLayer one;
+  // Row 0 is request a's, with an id outside [0, 4); rows 1 and 2 are padding, with an id
+  // outside and a repeated one: not a routed token's, not counted.
+  one.pass({{"a", 0, 1}}, {0, 9, 4, -1, 1, 1});
+  EXPECT_EQ(one.recorder.tallies().invalid_ids, 1);
+  EXPECT_FALSE(one.recorder.take("a").is_valid(0, 0));
+  one.pass({{"b", 0, 1}}, {2, 2});  // one logical expert twice
+  EXPECT_EQ(one.recorder.tallies().invalid_ids, 2);
 }
 
 TEST(RouteRecorder, SlotKeysReplaceASlotsRowAndReadInTheOrderAsked) {

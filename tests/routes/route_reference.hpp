@@ -115,4 +115,27 @@ inline std::map<std::string, std::map<std::int64_t, ExpectedRow>> expected_route
   return out;
 }
 
+/// The rows (token, MoE layer) of routed tokens, padding rows not counted, whose ids a
+/// recorder must tally as invalid: an id outside [0, P).
+inline std::int64_t expected_invalid_ids(const std::vector<RoutePass>& passes,
+                                         const ModelTopology& topology,
+                                         const routes::RouteLayout& layout) {
+  std::int64_t invalid = 0;
+  for (const RoutePass& pass : passes) {
+    std::int64_t routed_rows = 0;
+    for (const routes::TokenSpan& span : pass.batch) routed_rows += span.num_tokens;
+    for (std::int64_t row = 0; row < routed_rows; ++row) {
+      for (std::int64_t c = 0; c < layout.num_columns(); ++c) {
+        bool in_range = true;
+        for (std::int64_t k = 0; k < layout.top_k; ++k) {
+          const std::int32_t id = pass.ids[std::size_t(c)][std::size_t(row * layout.top_k + k)];
+          in_range = in_range && id >= 0 && id < topology.num_physical_experts;
+        }
+        invalid += in_range ? 0 : 1;
+      }
+    }
+  }
+  return invalid;
+}
+
 }  // namespace moestat::test

@@ -4,13 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <moestat/placement.hpp>
 #include <moestat/routes/routed_experts.hpp>
 #include <moestat/tensor_view.hpp>
 #include <moestat/topology.hpp>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,7 +34,8 @@ struct RouteRecorderOptions {
   std::int64_t max_tokens_per_pass = 8192;
   /// Tokens held between the pass that records them and the take() that hands them out: the
   /// bound on memory (capacity_tokens * layout.bytes_per_token() bytes). A token with no room
-  /// is not recorded, and is returned as not valid.
+  /// is not recorded, and is returned as not valid. Also the most positions a request's span
+  /// may start past the end of what the request routed before (see end_pass).
   std::int64_t capacity_tokens = 65536;
   RouteKeys keys = RouteKeys::kRequestPositions;
 };
@@ -57,8 +58,9 @@ struct RouteTallies {
   std::int64_t tokens_recorded = 0;       ///< Tokens given a row.
   std::int64_t tokens_without_room = 0;   ///< Tokens with no free row: returned not valid.
   std::int64_t tokens_already_taken = 0;  ///< Positions routed again after take(): ignored.
-  /// Ids outside [0, P) (or -1) of a routed token, and tokens whose ids map to one logical
-  /// expert twice: that layer's row is left not valid.
+  /// Rows of routed tokens (rows a span covers, padding not counted) whose ids in a layer were
+  /// outside [0, P) (or -1) or mapped to one logical expert twice: that layer's row is left
+  /// not valid. Counted when the pass ends.
   std::int64_t invalid_ids = 0;
   std::int64_t layers_written_twice = 0;  ///< A layer's row written again in one pass.
   std::int64_t tokens_held = 0;           ///< Rows held: waiting for take(), or slots written.
@@ -67,7 +69,9 @@ struct RouteTallies {
 /// Records, per request and token position, the experts each MoE layer routed the token to.
 ///
 /// Hooks (`begin_pass`, `record_topk`, `record_topk_layers`, `end_pass`, `abort_pass`) are
-/// called by the engine's forward thread in order. The layer hooks take the router's PHYSICAL
+/// called by the engine's forward thread in order. Layer hooks from several threads at once
+/// are safe: they hold a shared lock that begin_pass, end_pass and abort_pass take exclusively,
+/// so a pass's placement never changes under a hook. The layer hooks take the router's PHYSICAL
 /// ids for every row of the pass's batch and keep them, as LOGICAL ids mapped through the
 /// placement in force, in a scratch row per batch row. end_pass(batch) says which request and
 /// position each batch row is (rows no span covers are padding) and moves those rows into the
@@ -82,7 +86,9 @@ struct RouteTallies {
 /// A layer whose row was already written in the pass (a draft model's router beside the
 /// target's) keeps its first ids and is tallied; so is an id outside [0, P), which leaves
 /// that layer's row not valid. Positions of a request may arrive in any order and with gaps
-/// (prefix-cache hits run no forward pass): the gaps are returned not valid.
+/// of up to capacity_tokens positions: the gaps are returned not valid. A request's routes
+/// start at the first position a pass routed for it: positions before it (a prompt served
+/// from the prefix cache) are not handed out at all, and first_position says where they start.
 ///
 /// @code
 ///   moestat::routes::CpuRouteRecorder routes(topology, {});
@@ -117,7 +123,11 @@ class RouteRecorder {
   /// record_topk for several layers at once (the CUDA backend: one launch per 64 layers).
   void record_topk_layers(std::span<const LayerTopk> layers);
   /// Closes the pass: the batch rows `batch` covers become those requests' positions, and can
-  /// be taken. A request at most once; spans may not overlap or pass max_tokens_per_pass.
+  /// be taken. A request at most once; spans may not overlap or pass max_tokens_per_pass; a
+  /// span's positions end at kMaxPosition at most, and start at most capacity_tokens past the
+  /// end of what its request routed before (so a take() never hands out more unrecorded
+  /// rows than that per span). A batch breaking any of these is refused whole with
+  /// moestat::Error, and changes nothing (the pass stays open).
   void end_pass(std::span<const TokenSpan> batch);
   /// Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded), rows
   /// past slots.size() are padding. Each slot in [0, capacity_tokens), at most once.
@@ -160,7 +170,7 @@ class RouteRecorder {
   };
   /// Tallies only a backend counts (on the device, for CUDA).
   struct BackendTallies {
-    std::int64_t invalid_ids = 0;
+    std::int64_t invalid_ids = 0;  ///< Of moved rows only (RouteTallies::invalid_ids).
     std::int64_t layers_written_twice = 0;
   };
 
@@ -171,9 +181,11 @@ class RouteRecorder {
   };
 
   virtual void do_begin_pass() = 0;
+  /// Called from several threads at once where the engine's hooks are; never while a pass
+  /// opens or ends.
   virtual void do_record(std::span<const ColumnIds> layers) = 0;
-  /// Moves each batch row's scratch into its store row (valid where the pass wrote it), then
-  /// forgets the pass's scratch.
+  /// Moves each batch row's scratch into its store row (valid where the pass wrote it) and
+  /// tallies the moved rows' invalid ids, then forgets the pass's scratch.
   virtual void do_end_pass(std::span<const RowMove> moves) = 0;
   /// Forgets the pass's scratch.
   virtual void do_abort_pass() = 0;
@@ -192,16 +204,27 @@ class RouteRecorder {
   virtual bool accepts_hooks_outside_pass() const { return false; }
 
  private:
-  /// A request's rows: rows[i] holds position first_position + i (-1: none).
-  struct RequestRows {
-    std::int64_t first_position = 0;
-    std::deque<std::int32_t> rows;
-    std::int64_t end = 0;  ///< One past the last position an ended pass routed.
+  struct HeldRow {
+    std::int64_t position;
+    std::int32_t row;
   };
+  /// A request's rows not yet taken: only positions that hold a store row are in `rows`, so
+  /// a gap costs nothing until take() hands it out as not valid. A sorted vector, not a map:
+  /// positions mostly arrive in order, so a pass appends (end_pass stays cheap per token).
+  struct RequestRows {
+    std::int64_t first_position = 0;  ///< The first position not taken.
+    std::vector<HeldRow> rows;        ///< By position.
+    std::int64_t end = 0;             ///< One past the last position an ended pass routed.
+  };
+  /// What end_pass(batch) will change, worked out before anything changes.
+  struct PassPlan;
   void check_layer(std::int64_t layer, const TensorView& topk_ids) const;
   void require_keys(RouteKeys keys, const char* call) const;
-  std::vector<RowMove> assign_rows(std::span<const TokenSpan> batch);
-  std::int32_t assign_row(RequestRows& request, std::int64_t position);
+  void check_batch(std::span<const TokenSpan> batch) const;
+  PassPlan plan_rows(std::span<const TokenSpan> batch);
+  /// The store row holding `position` of `request`; -1: none.
+  static std::int32_t held_row(const RequestRows& request, std::int64_t position);
+  void commit(PassPlan& plan) noexcept;
   void release(std::int32_t row);
   RoutedExperts take_locked_then_read(std::string_view request_id, bool forget);
 
@@ -209,12 +232,15 @@ class RouteRecorder {
   RouteLayout layout_;
   RouteRecorderOptions options_;
 
-  mutable std::mutex mutex_;  // everything below but pass_open_
+  // Layer hooks hold it shared; begin_pass, end_pass and abort_pass exclusive, before mutex_.
+  // It guards pass_open_ and what the backend's do_begin_pass changes under the hooks.
+  std::shared_mutex pass_mutex_;
+  bool pass_open_ = false;
+  mutable std::mutex mutex_;  // everything below
   std::map<std::string, RequestRows, std::less<>> requests_;
-  std::vector<std::int32_t> free_rows_;
-  std::vector<bool> slot_written_;  // slot keys: which slots hold a row
+  std::vector<std::int32_t> free_rows_;  // handed out from the back
+  std::vector<bool> slot_written_;       // slot keys: which slots hold a row
   std::int64_t slots_written_ = 0;
-  bool pass_open_ = false;  // forward thread only
   RouteTallies tallies_;
   std::uint64_t placement_version_ = 0;
   std::string model_;

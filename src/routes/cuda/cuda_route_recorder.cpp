@@ -58,6 +58,7 @@ struct CudaRouteRecorder::Device {
     const std::int64_t rows = options.max_tokens_per_pass;
     buffers.scratch_ids = allocations.allocate<unsigned char>(rows * row_bytes);
     buffers.scratch_stamps = allocations.allocate<unsigned>(rows * num_columns);
+    buffers.scratch_invalid = allocations.allocate<unsigned>(rows * num_columns);
     buffers.pass_stamp = allocations.allocate<unsigned>(1);
     const unsigned first_stamp = 1;
     MOESTAT_CUDA_CHECK(

@@ -56,7 +56,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < k; ++j) valid = valid && logical[j] != logical[k];
   }
   if (!valid) {
-    atomicAdd(&buffers.tallies[0], 1ull);
+    // Counted by the end-of-pass kernel if a span covers the row: padding is no token's.
+    buffers.scratch_invalid[t * buffers.num_columns + layer.column] = stamp;
     return;
   }
   unsigned char* out =
@@ -78,18 +79,22 @@ __global__ void __launch_bounds__(kEndThreads)
   const unsigned stamp = *buffers.pass_stamp;
   const long long column_bytes = static_cast<long long>(buffers.top_k) * buffers.id_bytes;
   const long long cells = num_moves * buffers.num_columns;
+  unsigned long long invalid = 0;
   for (long long cell = threadIdx.x; cell < cells; cell += blockDim.x) {
     const long long i = cell / buffers.num_columns;
     const int c = static_cast<int>(cell - i * buffers.num_columns);
     const long long from = static_cast<long long>(moves[2 * i]) * buffers.num_columns + c;
     const long long to = static_cast<long long>(moves[2 * i + 1]) * buffers.num_columns + c;
     const bool written = buffers.scratch_stamps[from] == stamp;
+    invalid += !written && buffers.scratch_invalid[from] == stamp;
     for (long long b = 0; b < column_bytes; ++b) {
       buffers.ids[to * column_bytes + b] =
           written ? buffers.scratch_ids[from * column_bytes + b] : 0;
     }
     buffers.valid[to] = written ? 1 : 0;
   }
+  // Bad ids are rare: almost no thread adds anything, so no reduction is needed.
+  if (invalid != 0) atomicAdd(&buffers.tallies[0], invalid);
   __syncthreads();
   if (threadIdx.x == 0) {
     // 0 is what the scratch starts with: never a pass's stamp.

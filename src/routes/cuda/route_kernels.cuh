@@ -18,11 +18,12 @@ inline constexpr int kMaxTopK = 32;
 struct RouteBuffers {
   unsigned char* scratch_ids;      ///< [max_tokens_per_pass, C, K] of id_bytes, little-endian.
   unsigned* scratch_stamps;        ///< [max_tokens_per_pass, C]: the pass that wrote the row.
+  unsigned* scratch_invalid;       ///< [max_tokens_per_pass, C]: the pass that found bad ids.
   unsigned* pass_stamp;            ///< [1]: the open pass's stamp, never 0.
   unsigned char* ids;              ///< [capacity, C, K]: the store.
   unsigned char* valid;            ///< [capacity, C]: 1 where the pass wrote the row.
   const int* physical_to_logical;  ///< [C, P].
-  unsigned long long* tallies;     ///< [2]: invalid ids, layers written twice.
+  unsigned long long* tallies;     ///< [2]: invalid ids (of moved rows), layers written twice.
   int num_columns;                 ///< C: MoE layers.
   int top_k;                       ///< K.
   int id_bytes;                    ///< 1, 2 or 4.
@@ -40,8 +41,9 @@ struct LayerRoutes {
 };
 
 /// Writes each layer's ids, mapped to logical ids, into the scratch rows of their batch rows
-/// and stamps them with the open pass; a row the pass already stamped (written twice), or
-/// with an id outside [0, P) or two ids of one logical expert, is tallied and left as it was.
+/// and stamps them with the open pass; a row the pass already stamped (written twice) is
+/// tallied and left as it was; one with an id outside [0, P) or two ids of one logical expert
+/// is left as it was and marked, for the end of the pass to tally if a span covers it.
 /// One launch per 64 layers.
 void launch_record_routes(const RouteBuffers& buffers, std::span<const LayerRoutes> layers,
                           std::int64_t max_rows, cudaStream_t stream);
@@ -54,7 +56,8 @@ struct InlineMoves {
 };
 
 /// Ends the pass: moves scratch row moves[2i] into store row moves[2i + 1] for i < num_moves,
-/// valid where the pass stamped it, then advances the stamp. `moves`: [2 * num_moves] int32 on
+/// valid where the pass stamped it, tallies the moved rows marked invalid, then advances the
+/// stamp. `moves`: [2 * num_moves] int32 on
 /// the device, or nullptr when `inline_moves` holds them (num_moves <= kInlineMoves).
 void launch_end_pass(const RouteBuffers& buffers, const int* moves, const InlineMoves& inline_moves,
                      std::int64_t num_moves, cudaStream_t stream);
