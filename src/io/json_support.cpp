@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <moestat/io/read_bounds.hpp>
 #include <set>
 
 #include "read_budget.hpp"
@@ -14,7 +15,6 @@ namespace {
 // files"): nesting (moestat's documents nest at most 4 deep; the .pt reader's bound), and the
 // memory of the document built, at most 16 times the text plus 1 MiB, as for .pt files.
 constexpr int kMaxDepth = 64;
-constexpr std::uint64_t kExpansion = 16;
 // What the document holds of each, charged as the scan meets it: a value, the heap string of
 // a string value, an object or array, and an object's member (a map node with its key). The
 // per-object set of keys (duplicates) is charged as a member again.
@@ -33,7 +33,7 @@ constexpr std::uint64_t kMemberBytes = 80;
 class JsonGuard : public nlohmann::json_sax<Json> {
  public:
   JsonGuard(std::uint64_t text_bytes, std::vector<std::string>* top_level_keys)
-      : budget_(text_bytes, kExpansion), top_level_keys_(top_level_keys) {}
+      : budget_(text_bytes, kReadExpansion), top_level_keys_(top_level_keys) {}
 
   bool null() override { return value(0); }
   bool boolean(bool) override { return value(0); }
@@ -87,13 +87,18 @@ class JsonGuard : public nlohmann::json_sax<Json> {
   std::vector<std::set<std::string>> objects_;  ///< the keys of each open object
 };
 
-Json parse_checked(std::string_view text, std::vector<std::string>* top_level_keys) {
+/// The checks of JsonGuard, and a NUL byte.
+void scan_checked(std::string_view text, std::vector<std::string>* top_level_keys) {
   // A NUL is not JSON anywhere (strings escape it), but would end nlohmann's input early.
   if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
     MOESTAT_FAIL("not valid JSON: a NUL byte at offset {}", nul);
   }
   JsonGuard guard(text.size(), top_level_keys);
   Json::sax_parse(text, &guard);
+}
+
+Json parse_checked(std::string_view text, std::vector<std::string>* top_level_keys) {
+  scan_checked(text, top_level_keys);
   try {
     return Json::parse(text);
   } catch (const Json::exception& error) {
@@ -246,3 +251,9 @@ std::string dump_document(const OrderedJson& document) {
 }
 
 }  // namespace moestat::io::detail
+
+namespace moestat::io {
+
+void check_json(std::string_view text) { detail::scan_checked(text, nullptr); }
+
+}  // namespace moestat::io

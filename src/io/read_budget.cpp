@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <moestat/error.hpp>
+#include <moestat/io/read_bounds.hpp>
 
 namespace moestat::io::detail {
 
@@ -22,3 +23,11 @@ void ReadBudget::spend(std::uint64_t bytes, std::string_view what) {
 }
 
 }  // namespace moestat::io::detail
+
+namespace moestat::io {
+
+std::uint64_t read_memory_bound(std::uint64_t file_bytes) noexcept {
+  return detail::ReadBudget(file_bytes, kReadExpansion).left();
+}
+
+}  // namespace moestat::io

@@ -35,8 +35,9 @@ std::int64_t RouteLayout::column_of(std::int64_t layer) const noexcept {
 }
 
 void RouteLayout::validate() const {
-  MOESTAT_CHECK(num_decoder_layers >= 1, "route layout: {} decoder layers; need at least 1",
-                num_decoder_layers);
+  MOESTAT_CHECK(num_decoder_layers >= 1 && num_decoder_layers <= kMaxDecoderLayers,
+                "route layout: {} decoder layers; need 1 to {}", num_decoder_layers,
+                kMaxDecoderLayers);
   MOESTAT_CHECK(!layers.empty(), "route layout: no MoE layer");
   for (std::size_t i = 0; i < layers.size(); ++i) {
     MOESTAT_CHECK(layers[i] >= 0 && layers[i] < num_decoder_layers,
@@ -46,7 +47,7 @@ void RouteLayout::validate() const {
                   "route layout: layers must ascend without repeats ({} after {})", layers[i],
                   layers[i - 1]);
   }
-  MOESTAT_CHECK(num_experts >= 1 && num_experts <= (std::int64_t(1) << 31) - 1,
+  MOESTAT_CHECK(num_experts >= 1 && num_experts <= kMaxExperts,
                 "route layout: {} experts; need 1 to 2^31 - 1", num_experts);
   MOESTAT_CHECK(top_k >= 1 && top_k <= num_experts,
                 "route layout: top_k {} outside [1, {}] (the experts)", top_k, num_experts);
@@ -161,48 +162,84 @@ void RoutedExperts::append(const RoutedExperts& next) {
   placement_version = next.placement_version;
 }
 
-void RoutedExperts::validate() const {
-  layout.validate();
-  MOESTAT_CHECK(first_position >= 0, "routes of {}: first position {} is negative", request_id,
-                first_position);
-  MOESTAT_CHECK(ids.dtype == layout.id_dtype(), "routes of {}: ids are {}, {} experts need {}",
-                request_id, dtype_name(ids.dtype), layout.num_experts,
-                dtype_name(layout.id_dtype()));
-  MOESTAT_CHECK(ids.shape.size() == 3 && ids.shape[1] == layout.num_columns() &&
-                    ids.shape[2] == layout.top_k && ids.shape[0] >= 0,
+namespace {
+
+/// The shapes, dtypes and sizes of `routes`' tensors against its layout and the bytes they
+/// hold: checked before anything is allocated from a size the layout declares.
+void check_shapes(const RoutedExperts& routes) {
+  const RouteLayout& layout = routes.layout;
+  const std::string& request_id = routes.request_id;
+  MOESTAT_CHECK(routes.ids.dtype == layout.id_dtype(),
+                "routes of {}: ids are {}, {} experts need {}", request_id,
+                dtype_name(routes.ids.dtype), layout.num_experts, dtype_name(layout.id_dtype()));
+  const std::vector<std::int64_t>& shape = routes.ids.shape;
+  MOESTAT_CHECK(shape.size() == 3 && shape[0] >= 0 && shape[1] == layout.num_columns() &&
+                    shape[2] == layout.top_k,
                 "routes of {}: ids must be [tokens, {}, {}] (tokens, MoE layers, top_k)",
                 request_id, layout.num_columns(), layout.top_k);
-  MOESTAT_CHECK(ids.data.size() == std::size_t(ids.numel()) * dtype_size(ids.dtype),
-                "routes of {}: ids hold {} bytes, their shape needs {}", request_id,
-                ids.data.size(), std::size_t(ids.numel()) * dtype_size(ids.dtype));
-  MOESTAT_CHECK(valid.dtype == DType::kBool && valid.shape.size() == 2 &&
-                    valid.shape[0] == ids.shape[0] && valid.shape[1] == layout.num_columns() &&
-                    valid.data.size() == std::size_t(valid.numel()),
+  // A row's bytes, at most 2^16 x (2^31 - 1) x 4: no overflow. The tokens are then what the
+  // bytes hold, not a product that a declared count could overflow.
+  const std::size_t row_bytes =
+      std::size_t(layout.num_columns() * layout.top_k) * dtype_size(routes.ids.dtype);
+  MOESTAT_CHECK(routes.ids.data.size() % row_bytes == 0 &&
+                    routes.ids.data.size() / row_bytes == std::size_t(shape[0]),
+                "routes of {}: ids hold {} bytes, not the {} tokens x {} bytes their shape says",
+                request_id, routes.ids.data.size(), shape[0], row_bytes);
+  MOESTAT_CHECK(routes.valid.dtype == DType::kBool && routes.valid.shape.size() == 2 &&
+                    routes.valid.shape[0] == shape[0] &&
+                    routes.valid.shape[1] == layout.num_columns() &&
+                    routes.valid.data.size() == std::size_t(shape[0] * layout.num_columns()),
                 "routes of {}: valid must be a bool [{}, {}] tensor (tokens, MoE layers)",
-                request_id, ids.shape[0], layout.num_columns());
+                request_id, shape[0], layout.num_columns());
+}
+
+/// Every row's ids against its validity: ids in [0, E) without repeats where recorded, 0
+/// where not; every valid byte 0 or 1 (another value would read as true here and may not
+/// elsewhere).
+void check_rows(const RoutedExperts& routes) {
+  const RouteLayout& layout = routes.layout;
+  if (routes.num_tokens() == 0) return;
+  // Backed by the ids: check_shapes found top_k ids per row in the data.
   std::vector<std::int64_t> row(std::size_t(layout.top_k));
-  for (std::int64_t token = 0; token < num_tokens(); ++token) {
+  for (std::int64_t token = 0; token < routes.num_tokens(); ++token) {
     for (std::int64_t column = 0; column < layout.num_columns(); ++column) {
-      for (std::int64_t k = 0; k < layout.top_k; ++k) row[std::size_t(k)] = id(token, column, k);
       const std::int64_t layer = layout.layers[std::size_t(column)];
-      const std::int64_t position = first_position + token;
-      if (!is_valid(token, column)) {
+      const std::int64_t position = routes.first_position + token;
+      const auto flag = routes.valid.data[std::size_t(token * layout.num_columns() + column)];
+      MOESTAT_CHECK(flag == std::byte{0} || flag == std::byte{1},
+                    "routes of {}: position {} layer {}: valid byte {} is neither 0 nor 1",
+                    routes.request_id, position, layer, int(flag));
+      for (std::int64_t k = 0; k < layout.top_k; ++k) {
+        row[std::size_t(k)] = routes.id(token, column, k);
+      }
+      if (flag == std::byte{0}) {
         MOESTAT_CHECK(std::all_of(row.begin(), row.end(), [](std::int64_t v) { return v == 0; }),
-                      "routes of {}: position {} layer {} is not valid but holds ids", request_id,
-                      position, layer);
+                      "routes of {}: position {} layer {} is not valid but holds ids",
+                      routes.request_id, position, layer);
         continue;
       }
       for (std::int64_t value : row) {
         MOESTAT_CHECK(value >= 0 && value < layout.num_experts,
-                      "routes of {}: position {} layer {}: expert {} outside [0, {})", request_id,
-                      position, layer, value, layout.num_experts);
+                      "routes of {}: position {} layer {}: expert {} outside [0, {})",
+                      routes.request_id, position, layer, value, layout.num_experts);
       }
       std::sort(row.begin(), row.end());
       MOESTAT_CHECK(std::adjacent_find(row.begin(), row.end()) == row.end(),
-                    "routes of {}: position {} layer {} chose an expert twice", request_id,
+                    "routes of {}: position {} layer {} chose an expert twice", routes.request_id,
                     position, layer);
     }
   }
+}
+
+}  // namespace
+
+void RoutedExperts::validate() const {
+  layout.validate();
+  check_shapes(*this);
+  MOESTAT_CHECK(first_position >= 0 && first_position <= kMaxPosition - num_tokens(),
+                "routes of {}: first position {} with {} tokens; positions must stay in [0, 2^62]",
+                request_id, first_position, num_tokens());
+  check_rows(*this);
 }
 
 }  // namespace moestat::routes

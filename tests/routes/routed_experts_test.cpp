@@ -1,6 +1,7 @@
 // RouteLayout and RoutedExperts: the layout of a topology, and every check of validate().
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <moestat/routes/routed_experts.hpp>
 
 #include "unit/expect_error.hpp"
@@ -62,7 +63,46 @@ TEST(RoutedExperts, ValidateNamesTheFirstProblem) {
   routes.set_id(0, 1, 1, 300);
   EXPECT_MOESTAT_ERROR(routes.validate(), "expert 300 outside [0, 300)");
   routes.first_position = -1;
-  EXPECT_MOESTAT_ERROR(routes.validate(), "first position -1");
+  EXPECT_MOESTAT_ERROR(routes.validate(), "first position -1 with 2 tokens");
+}
+
+TEST(RouteLayout, CapsDecoderLayers) {
+  // Converters to the all-layer formats allocate an entry per decoder layer.
+  RouteLayout{routes::kMaxDecoderLayers, {0}, 8, 2}.validate();
+  EXPECT_MOESTAT_ERROR((RouteLayout{routes::kMaxDecoderLayers + 1, {0}, 8, 2}.validate()),
+                       "65537 decoder layers; need 1 to 65536");
+  EXPECT_MOESTAT_ERROR((RouteLayout{(std::int64_t(1) << 31) - 1, {0}, 8, 2}.validate()),
+                       "decoder layers; need 1 to 65536");
+}
+
+TEST(RoutedExperts, ValidatesADeclaredTopKWithoutAllocatingIt) {
+  // top_k 2^31 - 1 and no token: nothing to check per row, and nothing allocated from top_k
+  // (it allocated a top_k-long row: 16 GiB).
+  const std::int64_t huge = routes::kMaxExperts;
+  const RouteLayout layout{4, {1, 3}, huge, huge};
+  RoutedExperts routes = RoutedExperts::unrecorded(layout, "r", 0, 0);
+  routes.validate();
+  // A shape the bytes do not back is refused before any row is read.
+  routes.ids.shape[0] = 1;
+  routes.valid.shape[0] = 1;
+  EXPECT_MOESTAT_ERROR(routes.validate(), "ids hold 0 bytes, not the 1 tokens");
+}
+
+TEST(RoutedExperts, RefusesValidBytesOtherThanZeroAndOne) {
+  RoutedExperts routes = RoutedExperts::unrecorded(two_layers(), "r", 0, 1);
+  routes.valid.data[1] = std::byte{2};
+  EXPECT_MOESTAT_ERROR(routes.validate(), "position 0 layer 3: valid byte 2 is neither 0 nor 1");
+}
+
+TEST(RoutedExperts, PositionsStayWithinTheBoundRecordersShare) {
+  RoutedExperts routes = RoutedExperts::unrecorded(two_layers(), "r", routes::kMaxPosition - 2, 2);
+  routes.validate();
+  routes.first_position += 1;
+  EXPECT_MOESTAT_ERROR(routes.validate(), "positions must stay in [0, 2^62]");
+  routes.first_position = std::numeric_limits<std::int64_t>::max();
+  EXPECT_MOESTAT_ERROR(routes.validate(), "positions must stay in [0, 2^62]");
+  RoutedExperts empty = RoutedExperts::unrecorded(two_layers(), "e", routes::kMaxPosition, 0);
+  empty.validate();
 }
 
 }  // namespace

@@ -16,6 +16,13 @@ namespace moestat::routes {
 /// in a route recorder and in a routes file, stays at or below it, so no sum of a position and
 /// a count overflows.
 inline constexpr std::int64_t kMaxPosition = std::int64_t(1) << 62;
+/// The most decoder layers a RouteLayout may have: 2^16, about a thousand times
+/// DeepSeek-V3's 61. The all-layer formats (SGLang, vLLM, slime, verl's R3) take an entry per
+/// decoder layer, dense ones included, so an array of them grows with it, however few the MoE
+/// layers a routes file holds.
+inline constexpr std::int64_t kMaxDecoderLayers = std::int64_t(1) << 16;
+/// The most experts a RouteLayout may have: ids are at most int32.
+inline constexpr std::int64_t kMaxExperts = (std::int64_t(1) << 31) - 1;
 
 /// What the columns of a route row are.
 struct RouteLayout {
@@ -35,8 +42,9 @@ struct RouteLayout {
   std::int64_t bytes_per_token() const noexcept;
   /// The column of decoder layer `layer`; -1 when it is not one of `layers`.
   std::int64_t column_of(std::int64_t layer) const noexcept;
-  /// moestat::Error unless the layers ascend inside [0, num_decoder_layers), there is at least
-  /// one, and 1 <= top_k <= num_experts.
+  /// moestat::Error unless 1 <= num_decoder_layers <= kMaxDecoderLayers, the layers ascend
+  /// inside [0, num_decoder_layers), there is at least one, 1 <= num_experts <= kMaxExperts
+  /// and 1 <= top_k <= num_experts.
   void validate() const;
 
   friend bool operator==(const RouteLayout&, const RouteLayout&) = default;
@@ -72,8 +80,10 @@ struct RoutedExperts {
   /// Appends `next`'s rows: the same request and layout, starting where these end.
   void append(const RoutedExperts& next);
   /// moestat::Error naming the first problem: a layout that does not validate, shapes or
-  /// dtypes that disagree with it, an id outside [0, E), a valid row with a repeated id, an
-  /// invalid row with an id other than 0, a negative first_position.
+  /// dtypes that disagree with it or with the bytes held, a valid byte other than 0 and 1, an
+  /// id outside [0, E), a valid row with a repeated id, an invalid row with an id other than
+  /// 0, a negative first_position, first_position + num_tokens beyond kMaxPosition. The one
+  /// check of what a routes file may hold: the writer refuses what the reader would.
   void validate() const;
 
   friend bool operator==(const RoutedExperts&, const RoutedExperts&) = default;
