@@ -253,6 +253,29 @@ TEST(CliOutputs, ASymbolicLinkIsRefusedAndNeitherItNorItsTargetChanges) {
   EXPECT_TRUE(temporaries_in(dir).empty());
 }
 
+// Issue 39, item 10: root's convert into /tmp/sticky/dirlink/file.json, dirlink another
+// user's link to a directory, replaced the file in the link's target.
+TEST(CliOutputs, AnotherUsersLinkInAStickySharedDirectoryIsNotFollowed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a link to another user (lchown) needs root";
+  ScratchDir dir;
+  io::write_counts(dir.path() / "in.json", counts_from(1));
+  fs::create_directory(dir.path() / "victim");
+  io::write_counts(dir.path() / "victim" / "file.json", counts_from(50));
+  const std::string before = read_whole_file(dir.path() / "victim" / "file.json");
+  const fs::path sticky = dir.path() / "sticky";
+  fs::create_directory(sticky);
+  ASSERT_EQ(::chmod(sticky.c_str(), 01777), 0);
+  fs::create_directory_symlink(dir.path() / "victim", sticky / "dirlink");
+  ASSERT_EQ(::lchown((sticky / "dirlink").c_str(), 65534, 65534), 0);
+  const CliRun run = run_cli("convert " + quoted(dir.path() / "in.json") + " " +
+                             quoted(sticky / "dirlink" / "file.json"));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, (sticky / "dirlink").string() + " is a symbolic link")) << run.err;
+  EXPECT_TRUE(contains(run.err, "owned by user 65534")) << run.err;
+  EXPECT_EQ(read_whole_file(dir.path() / "victim" / "file.json"), before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path() / "victim"), {}), 1);  // no temporary
+}
+
 // ---- item 12: temporary files on signals and crashes ----
 
 TEST(CliOutputs, SigintAndSigtermRemoveTheTemporaryFileBeingWritten) {

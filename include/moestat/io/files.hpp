@@ -18,7 +18,10 @@ std::string read_text_file(const std::filesystem::path& path);
 /// Writes `contents` to a temporary file beside `path` (same directory), fsyncs it and
 /// renames it over `path`, so readers see the old file or the new one, never a partial one.
 /// New files get mode 0666 less the umask. An unwritable path is a moestat::Error naming it,
-/// and leaves nothing behind (the temporary file is removed on every failure).
+/// and leaves nothing behind (the temporary file is removed on every failure). The directory
+/// is opened once, name by name, and the file created and renamed relative to it: a symbolic
+/// link as the file's name, or a link on the way that the checks of io::check_output_path
+/// (io/output_file.hpp) refuse, is never written through.
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents);
 
 }  // namespace moestat::io

@@ -11,8 +11,10 @@ namespace moestat::io {
 /// Throws moestat::Error naming `path` unless write_file_atomically(path) can succeed as far
 /// as can be known before writing: the path names a regular file or nothing yet (not a
 /// directory, a FIFO, a device or a symbolic link) in a directory that exists and is
-/// writable. Commands
-/// with several outputs check them all first, so that an error writes none of them.
+/// writable, reached without following a symbolic link that a sticky directory anyone may
+/// write to (/tmp) holds for another user (the kernel's protected_symlinks rule: such a link
+/// is followed only when it is this process's or the directory owner's). Commands with several
+/// outputs check them all first, so that an error writes none of them.
 void check_output_path(const std::filesystem::path& path);
 
 /// How old a temporary file of an interrupted write must be before the next write of the same
