@@ -590,7 +590,7 @@ class RouteRecorder:
 
     def end_pass(self, batch: object) -> None:
         """
-        Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which batch rows are which request's positions (first_row omitted: after the previous span); rows no span covers are padding.
+        Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which batch rows are which request's positions (first_row omitted: after the previous span); rows no span covers are padding. A span ends at position 2**62 at most and starts at most capacity_tokens past the end of its request's routes; a batch that breaks a rule raises moestat.Error and changes nothing.
         """
 
     def end_pass_slots(self, slots: Sequence[int]) -> None:
@@ -606,7 +606,9 @@ class RouteRecorder:
     def abort_pass(self) -> None: ...
 
     def take(self, request_id: str) -> RoutedExperts:
-        """The request's rows of ended passes not taken yet (and frees them)."""
+        """
+        The request's rows of ended passes not taken yet (and frees them), from its first position a pass routed; positions between routed ones come back not valid.
+        """
 
     def finish(self, request_id: str) -> RoutedExperts:
         """take(), then forgets the request."""

@@ -328,7 +328,9 @@ void bind_routes(nb::module_& module) {
           "batch"_a,
           "Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which "
           "batch rows are which request's positions (first_row omitted: after the previous "
-          "span); rows no span covers are padding.")
+          "span); rows no span covers are padding. A span ends at position 2**62 at most and "
+          "starts at most capacity_tokens past the end of its request's routes; a batch that "
+          "breaks a rule raises moestat.Error and changes nothing.")
       .def(
           "end_pass_slots",
           [](RouteRecorder& recorder, const std::vector<std::int64_t>& slots) {
@@ -348,7 +350,8 @@ void bind_routes(nb::module_& module) {
           "Slot keys: the rows of `slots` in order (-1 or never written: not valid).")
       .def("abort_pass", &RouteRecorder::abort_pass, nb::call_guard<nb::gil_scoped_release>())
       .def("take", &RouteRecorder::take, "request_id"_a, nb::call_guard<nb::gil_scoped_release>(),
-           "The request's rows of ended passes not taken yet (and frees them).")
+           "The request's rows of ended passes not taken yet (and frees them), from its first "
+           "position a pass routed; positions between routed ones come back not valid.")
       .def("finish", &RouteRecorder::finish, "request_id"_a,
            nb::call_guard<nb::gil_scoped_release>(), "take(), then forgets the request.")
       .def("set_placement", &RouteRecorder::set_placement, "placement"_a,

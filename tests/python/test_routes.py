@@ -109,6 +109,55 @@ def test_the_recorders_refuse_batches_that_do_not_fit():
         moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2), keys="kv")
 
 
+def one_layer_recorder(capacity_tokens):
+    return moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2), max_tokens_per_pass=4,
+                                    capacity_tokens=capacity_tokens)
+
+
+def route_pass(recorder, batch, ids):
+    recorder.begin_pass()
+    recorder.record_topk(0, np.array(ids, dtype=np.int32))
+    recorder.end_pass(batch)
+
+
+def test_a_refused_batch_changes_nothing():
+    recorder = one_layer_recorder(3)
+    route_pass(recorder, [("done", 0, 1)], [[3, 0]])
+    recorder.finish("done")  # its row is free again, and still holds its ids
+    recorder.begin_pass()
+    recorder.record_topk(0, np.array([[1, 2], [2, 3], [0, 1]], dtype=np.int32))
+    with pytest.raises(moestat.Error, match="end past the largest position"):
+        recorder.end_pass([("a", 0, 1), ("b", 2**62, 1)])
+    with pytest.raises(moestat.Error, match="end past the largest position"):
+        recorder.end_pass([("a", 0, 1), ("b", 2**63 - 3, 2)])
+    recorder.abort_pass()
+    assert recorder.requests() == [] and recorder.take("a").num_tokens == 0
+    assert recorder.tallies()["tokens_held"] == 0
+    route_pass(recorder, [("a", 0, 3)], [[0, 1], [1, 2], [2, 3]])
+    assert recorder.finish("a").complete  # the whole store was still free
+
+
+def test_gaps_hold_no_rows_and_are_bounded_by_the_capacity():
+    recorder = one_layer_recorder(16)
+    route_pass(recorder, [("a", 0, 1)], [[0, 1]])
+    with pytest.raises(moestat.Error, match="the most is capacity_tokens"):
+        route_pass(recorder, [("a", 3 * 10**8, 1)], [[0, 1]])
+    recorder.abort_pass()
+    route_pass(recorder, [("a", 17, 1)], [[0, 1]])
+    assert recorder.tallies()["tokens_held"] == 2
+    a = recorder.take("a")
+    assert (a.first_position, a.num_tokens) == (0, 18)
+    assert np.flatnonzero(a.valid[:, 0]).tolist() == [0, 17]
+
+
+def test_invalid_ids_are_counted_for_routed_tokens_only():
+    recorder = one_layer_recorder(4)
+    # Row 0 is a's, with an id outside [0, 4); the padding rows' bad ids are no token's.
+    route_pass(recorder, [("a", 0, 1)], [[0, 9], [4, -1], [1, 1]])
+    assert recorder.tallies()["invalid_ids"] == 1
+    assert not recorder.take("a").valid[0, 0]
+
+
 def test_padded_batch_lays_requests_out_after_their_padding():
     from moestat.routing import padded_batch
 
