@@ -132,20 +132,28 @@ void bind_files(nb::module_& module) {
       "SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.");
   module.def(
       "read_placement",
-      [](nb::handle path, nb::handle num_logical_experts, nb::handle version) {
+      [](nb::handle path, nb::handle num_logical_experts, nb::handle version, nb::handle num_layers,
+         nb::handle num_physical_experts) {
         constexpr const char* kFunction = "read_placement";
         const std::filesystem::path file = path_argument(path, kFunction, "path");
         const auto experts =
             integer_argument<std::int64_t>(num_logical_experts, kFunction, "num_logical_experts");
         const auto placement_version =
             integer_argument<std::uint64_t>(version, kFunction, "version");
+        const auto layers = integer_argument<std::int64_t>(num_layers, kFunction, "num_layers");
+        const auto slots =
+            integer_argument<std::int64_t>(num_physical_experts, kFunction, "num_physical_experts");
         nb::gil_scoped_release unlocked;
-        return io::read_placement(file, experts, placement_version);
+        return io::read_placement(file, experts, placement_version, layers, slots);
       },
       "path"_a.none(), "num_logical_experts"_a.none() = 0, "version"_a.none() = 0,
+      "num_layers"_a.none() = 0, "num_physical_experts"_a.none() = 0,
       nb::sig("def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, "
-              "version: int = 0) -> moestat._core.Placement"),
-      "A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors.");
+              "version: int = 0, num_layers: int = 0, num_physical_experts: int = 0) -> "
+              "moestat._core.Placement"),
+      "A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors. num_layers "
+      "and num_physical_experts (0: any): the [L, P] shape required (a model's), a JSON map "
+      "refused at its first row or id that breaks it, unread beyond.");
   module.def(
       "write_placement",
       [](nb::handle path, nb::handle placement) {

@@ -40,7 +40,8 @@ StatisticsFile payload_from_tensors(const PayloadMapping& mapping, const NamedTe
 StatisticsFile TensorContainerCodec::read(std::string_view bytes, std::string_view name,
                                           StatisticsKind kind, const ReadOptions& options) const {
   const PayloadMapping& mapping = payload_mapping(kind);
-  return payload_from_tensors(mapping, decode(bytes, name, mapping), options, container_name());
+  return payload_from_tensors(mapping, decode(bytes, name, mapping, options), options,
+                              container_name());
 }
 
 std::string TensorContainerCodec::write(const StatisticsFile& file) const {

@@ -62,8 +62,10 @@ class TensorContainerCodec : public Codec {
   virtual std::string_view container_name() const noexcept = 0;
   /// The named tensors in `bytes`: at least those of `wanted`'s forms that the file holds
   /// (a container may leave out the rest, as JSON leaves keys it does not need unread).
+  /// `options` are the read's: a container whose reader meets a tensor element by element
+  /// (JSON) refuses one of a shape they rule out as soon as it breaks it.
   virtual NamedTensors decode(std::string_view bytes, std::string_view name,
-                              const PayloadMapping& wanted) const = 0;
+                              const PayloadMapping& wanted, const ReadOptions& options) const = 0;
   virtual std::string encode(const NamedTensors& tensors) const = 0;
 };
 

@@ -12,6 +12,7 @@
 #include <moestat/error.hpp>
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/placement_json.hpp>
+#include <moestat/io/read_bounds.hpp>
 
 #include "codec.hpp"
 #include "json_support.hpp"
@@ -54,6 +55,17 @@ std::int64_t count_element(const Json& element, const std::string& where, bool& 
   }
   return read_int(element, where, std::numeric_limits<std::int64_t>::min(),
                   std::numeric_limits<std::int64_t>::max());
+}
+
+/// An empty inner level leaves a size unknown (kAnySize) or zero; both are errors.
+void require_no_empty_row(std::string_view name, std::span<const Level> levels,
+                          std::span<const std::int64_t> shape) {
+  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t size) { return size <= 0; })) {
+    std::vector<std::string_view> singular;
+    for (const Level& level : levels) singular.push_back(level.singular);
+    MOESTAT_FAIL("{} has an empty row: expected at least one {}", name,
+                 fmt::join(singular, " and at least one "));
+  }
 }
 
 /// The tensor `value` spells out as `form` (named `name`), each element checked as the
@@ -107,13 +119,7 @@ HostTensor tensor_of(const Json& value, const TensorForm& form, bool several_sha
       break;
     }
   }
-  // An empty inner level leaves a size unknown (kAnySize) or zero; both are errors.
-  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t size) { return size <= 0; })) {
-    std::vector<std::string_view> singular;
-    for (const Level& level : levels) singular.push_back(level.singular);
-    MOESTAT_FAIL("{} has an empty row: expected at least one {}", name,
-                 fmt::join(singular, " and at least one "));
-  }
+  require_no_empty_row(name, levels, shape);
   return out;
 }
 
@@ -143,6 +149,167 @@ NamedTensors tensors_of_document(const Json& document, const PayloadMapping& wan
                            tensor_of(document.at(std::string(form->name)), *form, several_shapes));
   return out;
 }
+
+/// The sizes `options` require of `form`'s tensor (kAnySize where any will do): a placement's
+/// [layers, physical slots] when the reader knows the model's.
+std::vector<std::int64_t> required_shape(const PayloadMapping& wanted, const ReadOptions& options) {
+  std::vector<std::int64_t> shape(wanted.forms.front().levels.size(), kAnySize);
+  if (wanted.kind == StatisticsKind::kPlacement) {
+    if (options.num_layers > 0) shape[0] = options.num_layers;
+    if (options.num_physical_experts > 0) shape[1] = options.num_physical_experts;
+  }
+  return shape;
+}
+
+/// Reads a document's tensor of ids (Element::kId, every level required) as nlohmann's SAX
+/// parse meets it, each id straight into the tensor: the document built first took 16 bytes
+/// an id, and naming every element as it was read ten seconds for a 32 MiB map. Each row's
+/// size is checked as the row grows, so a map of another shape than the one required is
+/// refused at the first id too many. The parse stops (sax_parse returns false) where the
+/// document is not the plain {"name": [[...]], ...} this reads: not an object, a snapshot
+/// ("format"), a syntax error; the caller then reads it as a document, which says why.
+class StreamedIds final : public nlohmann::json_sax<Json> {
+ public:
+  StreamedIds(const TensorForm& form, std::vector<std::int64_t> required)
+      : form_(form), shape_(std::move(required)) {
+    for (const std::int64_t size : shape_) inferred_.push_back(size == kAnySize);
+  }
+
+  bool found() const { return found_; }
+  /// The tensor read; moestat::Error where a level is empty.
+  HostTensor tensor() const {
+    MOESTAT_CHECK(shape_[0] != 0, "{} is empty: expected {}", form_.name,
+                  shapes_text(form_, false));
+    require_no_empty_row(form_.name, form_.levels, shape_);
+    return HostTensor::of<std::int32_t>(shape_, ids_);
+  }
+
+  bool null() override { return scalar(Json(nullptr)); }
+  bool boolean(bool value) override { return scalar(Json(value)); }
+  bool number_integer(number_integer_t value) override {
+    return !in_tensor() || id(value < 0 ? -1 : value, Json(value));
+  }
+  bool number_unsigned(number_unsigned_t value) override {
+    constexpr auto kMax = std::uint64_t(std::numeric_limits<std::int32_t>::max());
+    return !in_tensor() || id(value > kMax ? -1 : std::int64_t(value), Json(value));
+  }
+  bool number_float(number_float_t value, const string_t&) override { return scalar(Json(value)); }
+  bool string(string_t& value) override { return scalar(Json(value)); }
+  bool binary(binary_t&) override { return scalar(Json::binary({})); }
+  bool start_object(std::size_t) override {
+    if (in_tensor()) element(Json::object());
+    ++depth_;
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& name) override {
+    if (depth_ != 1) return true;
+    if (name == "format") return false;  // a snapshot: read as a document
+    reading_ = name == form_.name;
+    if (reading_ && found_) return false;  // the key twice: read as a document, which says so
+    found_ = found_ || reading_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ == 0) return false;  // not an object: read as a document
+    ++depth_;
+    if (!in_tensor()) return true;
+    if (!index_.empty()) {
+      if (index_.size() == levels()) element(Json::array());  // where an id goes
+      count_child(index_.size() - 1);
+    }
+    index_.push_back(0);
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    if (!in_tensor()) return true;
+    const std::size_t level = index_.size() - 1;
+    if (index_[level] < shape_[level]) wrong_size(level, fmt::format("{}", index_[level]));
+    shape_[level] = index_[level];
+    index_.pop_back();
+    if (index_.empty()) {
+      reading_ = false;
+    } else {
+      ++index_.back();  // the row just read, named by its index while it was read
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  /// Inside the tensor's value (its arrays, or the value itself just after its key).
+  bool in_tensor() const { return reading_ && depth_ >= 1; }
+  std::size_t levels() const { return form_.levels.size(); }
+
+  /// An element of the tensor other than an integer: refused, as the document reader does.
+  bool scalar(const Json& value) {
+    if (in_tensor()) element(value);
+    return true;
+  }
+  /// The next element of the innermost open level: counted, and checked against that level's
+  /// size; `value` (what the document holds there) must be an id at the innermost level and
+  /// an array above it.
+  [[noreturn]] void element(const Json& value) const {
+    const std::string where = element_name(form_.name, index_);
+    if (index_.size() < levels() || value.is_array()) {
+      MOESTAT_FAIL("{} is {}, but {} has {} levels of nesting ({})", where,
+                   value.is_array() ? "an array" : describe(value), form_.name, levels(),
+                   level_names());
+    }
+    MOESTAT_FAIL("{} is {}, expected an integer", where, describe(value));
+  }
+  /// An id (-1 for one out of range) at the innermost level; `value` names it in messages.
+  bool id(std::int64_t id, const Json& value) {
+    if (index_.size() < levels()) element(value);
+    const std::size_t level = index_.size() - 1;
+    count_child(level);
+    constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max() - 1;
+    if (id < 0 || id > kMaxId) {
+      MOESTAT_FAIL("{} is {}, expected an integer in [0, {}]", element_name(form_.name, index_),
+                   describe(value), kMaxId);
+    }
+    ids_.push_back(std::int32_t(id));
+    ++index_[level];
+    return true;
+  }
+  /// A row or id begins at `level`: refused when that level already holds all it may.
+  void count_child(std::size_t level) const {
+    if (shape_[level] != kAnySize && index_[level] >= shape_[level]) {
+      wrong_size(level, fmt::format("more than {}", shape_[level]));
+    }
+  }
+  /// The row being read at `level` has `count` entries where its size is known otherwise.
+  [[noreturn]] void wrong_size(std::size_t level, const std::string& count) const {
+    const std::vector<std::int64_t> row(index_.begin(), index_.begin() + std::ptrdiff_t(level));
+    const std::string where = element_name(form_.name, row);
+    if (inferred_[level]) {
+      MOESTAT_FAIL("ragged rows: {} has {} entries, but earlier rows at that level have {} ({})",
+                   where, count, shape_[level], form_.levels[level].plural);
+    }
+    MOESTAT_FAIL("{} has {} entries, expected {} ({})", where, count, shape_[level],
+                 form_.levels[level].plural);
+  }
+  std::string level_names() const {
+    std::vector<std::string_view> names;
+    for (const Level& level : form_.levels) names.push_back(level.plural);
+    return fmt::format("{}", fmt::join(names, " x "));
+  }
+
+  const TensorForm& form_;
+  std::vector<std::int64_t> shape_;
+  std::vector<bool> inferred_;
+  std::vector<std::int64_t> index_;  ///< the position in each open level of the tensor
+  std::vector<std::int32_t> ids_;
+  int depth_ = 0;         ///< arrays and objects open
+  bool reading_ = false;  ///< the value of the tensor's key is being read
+  bool found_ = false;
+};
 
 OrderedJson nested_of(const HostTensor& tensor) {
   switch (tensor.dtype) {
@@ -181,8 +348,21 @@ class JsonCodec final : public TensorContainerCodec {
     return first != std::string_view::npos && (bytes[first] == '{' || bytes[first] == '[');
   }
   std::string_view container_name() const noexcept override { return "JSON"; }
-  NamedTensors decode(std::string_view bytes, std::string_view,
-                      const PayloadMapping& wanted) const override {
+  NamedTensors decode(std::string_view bytes, std::string_view, const PayloadMapping& wanted,
+                      const ReadOptions& options) const override {
+    if (const TensorForm& form = wanted.forms.front();
+        wanted.forms.size() == 1 && form.element == Element::kId && form.optional_levels == 0) {
+      // The stream first, so that a map of another shape is refused before the rest of the
+      // text is read; what parse_json refuses (a key twice, nesting, memory) before the map
+      // is used. The stream holds no more than the ids, so it needs no bound of its own.
+      StreamedIds stream(form, required_shape(wanted, options));
+      if (Json::sax_parse(bytes, &stream) && stream.found()) {
+        check_json(bytes);
+        NamedTensors out;
+        out.tensors.emplace_back(form.name, stream.tensor());
+        return out;
+      }
+    }
     return tensors_of_document(parse_json(bytes), wanted);
   }
   std::string encode(const NamedTensors& tensors) const override { return document_of(tensors); }
@@ -222,9 +402,9 @@ std::string placement_to_json(const Placement& placement) {
 
 Placement placement_from_json(std::string_view text, std::int64_t num_logical_experts,
                               std::uint64_t version) {
-  return std::get<Placement>(detail::payload_from_document(
-      detail::parse_json(text), detail::kPlacementMapping,
-      {.num_logical_experts = num_logical_experts, .version = version}));
+  return std::get<Placement>(
+      detail::json_codec().read(text, "", StatisticsKind::kPlacement,
+                                {.num_logical_experts = num_logical_experts, .version = version}));
 }
 
 }  // namespace moestat::io

@@ -23,6 +23,10 @@ struct ReadOptions {
   Fractions fractions = Fractions::kRefuse;  ///< Counts: non-whole entries.
   std::int64_t num_logical_experts = 0;      ///< Placements: E, or 0 for max id + 1.
   std::uint64_t version = 0;                 ///< Placements: the version given to the result.
+  /// Placements: the map's shape required ([num_layers, num_physical_experts]: what an
+  /// engine's model takes), 0 for any size.
+  std::int64_t num_layers = 0;
+  std::int64_t num_physical_experts = 0;
 };
 
 /// What each element of a payload's tensor is, for documents that spell elements out one by

@@ -24,6 +24,18 @@ NamedTensors placement_to_tensors(const StatisticsFile& file) {
 StatisticsFile placement_from_tensors(const NamedTensors& tensors, const ReadOptions& options) {
   const HostTensor& tensor = *tensors.find(kTensorName);
   const std::vector<std::int64_t> map = integer_tensor(tensor, kTensorName, 2);
+  // The shape the reader's model takes (0: any size).
+  const auto fits = [](std::int64_t required, std::int64_t size) {
+    return required == 0 || required == size;
+  };
+  const auto text = [](std::int64_t required) {
+    return required == 0 ? std::string("any") : fmt::to_string(required);
+  };
+  MOESTAT_CHECK(fits(options.num_layers, tensor.shape[0]) &&
+                    fits(options.num_physical_experts, tensor.shape[1]),
+                "{} is [{}, {}], expected [{}, {}] (layers x physical slots)", kTensorName,
+                tensor.shape[0], tensor.shape[1], text(options.num_layers),
+                text(options.num_physical_experts));
   constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max() - 1;
   const auto outside =
       std::find_if(map.begin(), map.end(), [](std::int64_t id) { return id < 0 || id > kMaxId; });

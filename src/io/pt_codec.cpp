@@ -38,8 +38,8 @@ class PtCodec final : public TensorContainerCodec {
 
  private:
   std::string_view container_name() const noexcept override { return ".pt"; }
-  NamedTensors decode(std::string_view bytes, std::string_view name,
-                      const PayloadMapping&) const override {
+  NamedTensors decode(std::string_view bytes, std::string_view name, const PayloadMapping&,
+                      const ReadOptions&) const override {
     return tensors_of_pt(parse(bytes, name));
   }
   std::string encode(const NamedTensors& tensors) const override {

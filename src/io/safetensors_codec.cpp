@@ -20,8 +20,8 @@ class SafetensorsCodec final : public TensorContainerCodec {
   }
   bool starts_like(std::string_view) const override { return false; }
   std::string_view container_name() const noexcept override { return "safetensors"; }
-  NamedTensors decode(std::string_view bytes, std::string_view,
-                      const PayloadMapping&) const override {
+  NamedTensors decode(std::string_view bytes, std::string_view, const PayloadMapping&,
+                      const ReadOptions&) const override {
     return read_safetensors(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
   }
   std::string encode(const NamedTensors& tensors) const override {

@@ -55,10 +55,16 @@ void write_counts(const std::filesystem::path& path, const CountWindow& counts) 
 }
 
 Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts,
-                         std::uint64_t version) {
-  return std::get<Placement>(
-      read_payload(path, StatisticsKind::kPlacement,
-                   {.num_logical_experts = num_logical_experts, .version = version}));
+                         std::uint64_t version, std::int64_t num_layers,
+                         std::int64_t num_physical_experts) {
+  MOESTAT_CHECK(num_layers >= 0 && num_physical_experts >= 0,
+                "read_placement: the shape required is [{}, {}], expected sizes >= 0 (0: any)",
+                num_layers, num_physical_experts);
+  return std::get<Placement>(read_payload(path, StatisticsKind::kPlacement,
+                                          {.num_logical_experts = num_logical_experts,
+                                           .version = version,
+                                           .num_layers = num_layers,
+                                           .num_physical_experts = num_physical_experts}));
 }
 
 void write_placement(const std::filesystem::path& path, const Placement& placement) {

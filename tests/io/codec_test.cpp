@@ -119,7 +119,7 @@ TEST(Codecs, EveryContainerHoldsAPayloadKnownOnlyToItsMapping) {
     SCOPED_TRACE(io::file_format_name(format));
     const auto& codec =
         dynamic_cast<const io::detail::TensorContainerCodec&>(io::detail::codec_for(format));
-    const io::NamedTensors back = codec.decode(codec.encode(tensors), "file", toy);
+    const io::NamedTensors back = codec.decode(codec.encode(tensors), "file", toy, {});
     const auto [name, tensor] = io::detail::payload_tensor(toy, back);
     ASSERT_NE(tensor, nullptr);
     EXPECT_EQ(name, "toy_loads");

@@ -2,11 +2,14 @@
 // built here with plain nlohmann-json, then broken one field at a time.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/document.hpp>
 #include <moestat/io/placement_json.hpp>
+#include <moestat/io/safetensors.hpp>
 #include <moestat/io/snapshot_json.hpp>
+#include <moestat/io/statistics.hpp>
 #include <nlohmann/json.hpp>
 
 #include "io/test_support.hpp"
@@ -351,6 +354,80 @@ TEST(PlacementJsonErrors, Malformed) {
                          {"not a valid placement", "logical expert 2"}, 2);
   expect_placement_error("{\"physical_to_logical_map\": [[0, 1, 1]]}",
                          {"not a valid placement", "expert 2"}, 3);
+}
+
+// The map is read as the parse meets it (no document built): every element it may hold
+// other than an id is refused naming the element, as the document reader named it.
+TEST(PlacementJsonErrors, StreamedElements) {
+  expect_placement_error("{\"physical_to_logical_map\": 5}",
+                         {"physical_to_logical_map is 5, but", "2 levels of nesting"});
+  expect_placement_error("{\"physical_to_logical_map\": {\"a\": 1}}",
+                         {"physical_to_logical_map is an object, but"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, [1]]]}",
+                         {"physical_to_logical_map[0][1] is an array, but",
+                          "(layers x "
+                          "physical slots)"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, 1], {}]}",
+                         {"physical_to_logical_map[1] is an object, but"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, \"x\"]]}",
+                         {"physical_to_logical_map[0][1] is \"x\", expected an integer"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, null]]}",
+                         {"physical_to_logical_map[0][1] is null, expected an integer"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, 2147483647]]}",
+                         {"physical_to_logical_map[0][1] is 2147483647", "[0, 2147483646]"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, 18446744073709551615]]}",
+                         {"physical_to_logical_map[0][1] is 18446744073709551615"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, 1], [1, 0, 1]]}",
+                         {"ragged rows: physical_to_logical_map[1] has more than 2 entries"});
+  expect_placement_error("{\"physical_to_logical_map\": [[0, 1], []]}",
+                         {"ragged rows: physical_to_logical_map[1] has 0 entries"});
+  expect_placement_error("[[0, 1]]", {"expected a JSON object"});
+  expect_placement_error(
+      "{\"physical_to_logical_map\": [[0, 1]], \"physical_to_logical_map\": "
+      "[[1, 0]]}",
+      {"appears twice"});
+  // Other keys are checked as any document's and left unread; the map may come after them.
+  const Placement placement = io::placement_from_json(
+      "{\"note\": {\"a\": [[1], {\"b\": null}]}, \"physical_to_logical_map\": [[1, 0, 1], "
+      "[0, 1, 0]], \"more\": [2]}");
+  EXPECT_EQ(placement.num_layers(), 2);
+  EXPECT_EQ(placement.num_physical_experts(), 3);
+  EXPECT_EQ(placement.logical_of(1, 0), 0);
+  EXPECT_EQ(placement.logical_of(0, 2), 1);
+}
+
+// An engine reads a placement for the [layers, slots] map its model has: a file of another
+// shape is refused at its first row or id too many, before the rest is read (a 32 MiB map
+// took vLLM's rearrange ten seconds), whatever the format.
+TEST(PlacementJsonErrors, TheShapeRequiredIsCheckedAsTheMapIsRead) {
+  test::ScratchDir dir;
+  const auto read = [&](const std::string& text) {
+    const auto path = dir.path() / "placement.json";
+    std::ofstream(path, std::ios::trunc) << text;
+    return io::read_placement(path, 0, 0, 2, 3);
+  };
+  EXPECT_EQ(read("{\"physical_to_logical_map\": [[0, 1, 0], [1, 1, 0]]}").num_layers(), 2);
+  // what follows the first row too long is not JSON: the refusal comes first
+  expect_error([&] { read("{\"physical_to_logical_map\": [[0, 1, 0, 1], [0, 1, 0, "); },
+               {"placement.json: physical_to_logical_map[0] has more than 3 entries, expected 3 "
+                "(physical slots)"});
+  expect_error([&] { read("{\"physical_to_logical_map\": [[0, 1, 0], [1, 0, 1], [0, "); },
+               {"physical_to_logical_map has more than 2 entries, expected 2 (layers)"});
+  expect_error([&] { read("{\"physical_to_logical_map\": [[0, 1], [0, 1]]}"); },
+               {"physical_to_logical_map[0] has 2 entries, expected 3 (physical slots)"});
+  expect_error([&] { read("{\"physical_to_logical_map\": [[0, 1, 0]]}"); },
+               {"physical_to_logical_map has 1 entries, expected 2 (layers)"});
+  // .safetensors (and .pt) are read whole, then refused for their shape
+  const auto tensors = dir.path() / "placement.safetensors";
+  io::NamedTensors file;
+  file.tensors.emplace_back(
+      "physical_to_logical_map",
+      io::HostTensor::of<std::int64_t>({2, 4}, std::vector<std::int64_t>{0, 1, 0, 1, 1, 0, 1, 0}));
+  io::write_safetensors_file(tensors, file);
+  expect_error([&] { io::read_placement(tensors, 0, 0, 2, 3); },
+               {"physical_to_logical_map is [2, 4], expected [2, 3] (layers x physical slots)"});
+  EXPECT_EQ(io::read_placement(tensors, 0, 0, 2, 0).num_physical_experts(), 4);
+  expect_error([&] { io::read_placement(tensors, 0, 0, -1, 3); }, {"expected sizes >= 0"});
 }
 
 // ---- Detection ----

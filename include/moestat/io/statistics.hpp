@@ -35,9 +35,12 @@ CountWindow read_counts(const DetectedFile& file, Fractions fractions = Fraction
 void write_counts(const std::filesystem::path& path, const CountWindow& counts);
 
 /// A placement from .json, .pt ({"physical_to_logical_map"}) or .safetensors (a tensor
-/// "physical_to_logical_map"); E and version as placement_from_json.
+/// "physical_to_logical_map"); E and version as placement_from_json. `num_layers` and
+/// `num_physical_experts` (0: any) are the map's shape required, what an engine's model
+/// takes: a JSON map is refused at the first row or id that breaks it, unread beyond.
 Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts = 0,
-                         std::uint64_t version = 0);
+                         std::uint64_t version = 0, std::int64_t num_layers = 0,
+                         std::int64_t num_physical_experts = 0);
 /// Writes {"physical_to_logical_map": [L, P]} by extension (.json, .pt, .safetensors).
 void write_placement(const std::filesystem::path& path, const Placement& placement);
 
