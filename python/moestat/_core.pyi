@@ -323,9 +323,9 @@ def write_logical_counts(path: str | os.PathLike, counts: Annotated[NDArray, dic
     Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.
     """
 
-def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, version: int = 0) -> Placement:
+def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, version: int = 0, num_layers: int = 0, num_physical_experts: int = 0) -> Placement:
     """
-    A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors.
+    A Placement from {'physical_to_logical_map'} in .pt, .json or .safetensors. num_layers and num_physical_experts (0: any): the [L, P] shape required (a model's), a JSON map refused at its first row or id that breaks it, unread beyond.
     """
 
 def write_placement(path: str | os.PathLike, placement: Placement) -> None:
