@@ -21,6 +21,10 @@ using Json = nlohmann::ordered_json;
 constexpr std::int64_t kMaxPasses = std::int64_t{1} << 40;
 constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// A scenario's name names its timeline's file, simulation_<name>.svg, which with the
+// temporary name it is written under first must fit a file name's 255 bytes: a name the
+// file system refuses was found only after --html had been written.
+constexpr std::size_t kMaxScenarioName = 100;
 
 std::string describe(const Json& value) {
   if (value.is_object()) return "an object";
@@ -148,6 +152,10 @@ SimulatedPolicy read_policy(const Json& value, const std::string& where,
 SimulatedScenario read_scenario(const Json& value, const std::string& where) {
   SimulatedScenario out;
   out.name = read_string(value, where, "name");
+  MOESTAT_CHECK(out.name.size() <= kMaxScenarioName,
+                "{}.name: {} characters (\"{}...\"), expected at most {}: it names the "
+                "timeline's file",
+                where, out.name.size(), out.name.substr(0, 20), kMaxScenarioName);
   MOESTAT_CHECK(!out.name.empty() && std::all_of(out.name.begin(), out.name.end(),
                                                  [](unsigned char c) {
                                                    return std::isalnum(c) || c == '-' || c == '_';

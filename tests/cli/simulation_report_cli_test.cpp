@@ -115,5 +115,24 @@ TEST(SimulationReportCli, RefusesMisusedOptionsAndBadFiles) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "sim.html")) << "an error writes nothing";
 }
 
+// A 5000-character scenario name (its timeline's file name too long for the file system)
+// wrote the page, then failed on the figure: it is refused before anything is written.
+TEST(SimulationReportCli, ALongScenarioNameWritesNothing) {
+  ScratchDir dir;
+  const auto json = simulate(dir);
+  nlohmann::json doc = nlohmann::json::parse(read_whole_file(json));
+  doc["scenarios"][0]["name"] = std::string(5000, 'a');
+  std::ofstream(json, std::ios::trunc) << doc.dump();
+  const auto page = dir.path() / "page.html";
+  const auto figures = dir.path() / "figures";
+  const CliRun run = run_cli(fmt::format("report --simulation {} --html {} --svg {}", quoted(json),
+                                         quoted(page), quoted(figures)));
+  EXPECT_EQ(run.code, 1);
+  EXPECT_TRUE(contains(run.err, "scenarios[0].name: 5000 characters")) << run.err;
+  EXPECT_TRUE(contains(run.err, "expected at most 100")) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(page));
+  EXPECT_FALSE(std::filesystem::exists(figures));
+}
+
 }  // namespace
 }  // namespace moestat::test

@@ -246,6 +246,13 @@ TEST(SimulationReport, RefusesBadSimulationsNamingTheField) {
   doc["scenarios"][1]["name"] = "shift";
   refuses(doc, {"\"shift\" appears twice"});
 
+  doc = simulation_document();  // simulation_<name>.svg must fit a file name's 255 bytes
+  doc["scenarios"][1]["name"] = std::string(100, 'a');
+  EXPECT_EQ(report::parse_simulation(doc.dump(), "sim.json").scenarios[1].name.size(), 100U);
+  doc["scenarios"][1]["name"] = std::string(101, 'a');
+  refuses(doc, {"scenarios[1].name: 101 characters (\"aaaaaaaaaaaaaaaaaaaa...\"), expected at "
+                "most 100"});
+
   doc = simulation_document();
   doc["scenarios"][0]["block_passes"] = 0;
   refuses(doc, {"scenarios[0].block_passes: expected an integer from 1 to 1000, got 0"});

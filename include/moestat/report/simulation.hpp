@@ -45,7 +45,7 @@ struct ShownPolicy {
 };
 
 struct SimulatedScenario {
-  std::string name;  ///< Letters, digits, '-' and '_': it names a file.
+  std::string name;  ///< 1 to 100 letters, digits, '-' and '_': it names a file.
   std::string description;
   std::int64_t num_passes = 0;
   std::int64_t block_passes = 0;          ///< Passes per point of a timeline.
