@@ -75,7 +75,9 @@ def test_routed_experts_are_checked_and_round_trip_through_a_file(tmp_path):
     assert routes.ids.dtype == np.uint16 and not routes.complete
     assert routes.slice(1, 2).first_position == 4
     path = tmp_path / "one.routes.safetensors"
-    moestat.write_routes(path, [routes, routes.slice(0, 1)])
+    # A file holds each request once: another request beside it.
+    other = moestat.RoutedExperts(layout, ids[:1], valid[:1], request_id="s")
+    moestat.write_routes(path, [routes, other])
     again = moestat.read_routes(path)
     assert again[0] == routes and again[1].num_tokens == 1
     with pytest.raises(moestat.Error, match="expert 300 outside"):

@@ -410,8 +410,11 @@ def test_vllm_hostile_payloads(rng):
     layout = routes.layout
     npy = base64.b64decode(to_vllm(routes, encoding="base64"))
     truncated = base64.b64encode(npy[:-5]).decode()
-    with error(r"^from_vllm: routed_experts is not a readable \.npy array \("):
+    with error(r"^from_vllm: routed_experts' \.npy header declares uint8 \[4, 6, 2\] \(48 "
+               r"bytes\), but 43 bytes follow it$"):
         from_vllm(truncated, layout)
+    with error(r"^from_vllm: routed_experts is not a readable \.npy array \("):
+        from_vllm(base64.b64encode(npy[:12]).decode(), layout)
     with error(r"^from_vllm: routed_experts is not valid base64 \("):
         from_vllm(to_vllm(routes, encoding="base64")[:-1], layout)
     with error(r"^from_vllm: routed_experts is not a \.npy array \(no \.npy header; "):

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from .._core import Error
+from .wire import _check_output, _common_layout, _index, _per_request, _routes_list
 
 
 def padded_batch(routes: Sequence, seq_len: int | None = None,
@@ -20,26 +21,27 @@ def padded_batch(routes: Sequence, seq_len: int | None = None,
       token of a finished sequence, never fed forward) and rows not recorded are False, and
       a replay leaves them to the router.
     seq_len: None for the narrowest that holds every request. Raises moestat.Error when a
-    request does not fit, or the routes have different layouts."""
-    routes = list(routes)
-    if not routes:
-        raise Error("padded_batch: no routes")
-    layout = routes[0].layout
-    if any(request.layout != layout for request in routes):
-        raise Error("padded_batch: the routes have different layouts")
-    offsets = [0] * len(routes) if offsets is None else [int(offset) for offset in offsets]
-    if len(offsets) != len(routes):
-        raise Error(f"padded_batch: {len(offsets)} offsets for {len(routes)} requests")
+    request does not fit, the routes have different layouts, or the batch would exceed
+    ``moestat.routing.wire.OUTPUT_BOUND`` (a first position or offset far past the rows);
+    TypeError for arguments of the wrong type."""
+    fn = "padded_batch"
+    routes = _routes_list(routes, fn)
+    layout = _common_layout(routes, fn)
+    offsets = [_index(offset, fn, f"offsets[{b}]", minimum=None)
+               for b, offset in enumerate(_per_request(offsets, len(routes), 0, fn, "offsets"))]
     ends = [offset + request.first_position + request.num_tokens
             for offset, request in zip(offsets, routes)]
-    seq_len = max(ends) if seq_len is None else int(seq_len)
-    ids = np.zeros((len(routes), seq_len, layout.num_columns, layout.top_k), dtype=np.int64)
-    valid = np.zeros((len(routes), seq_len, layout.num_columns), dtype=bool)
-    for b, (offset, request, end) in enumerate(zip(offsets, routes, ends)):
+    seq_len = max(ends) if seq_len is None else _index(seq_len, fn, "seq_len")
+    for offset, request, end in zip(offsets, routes, ends):
         if offset < 0 or end > seq_len:
-            raise Error(f"padded_batch: request {request.request_id!r} (positions "
+            raise Error(f"{fn}: request {request.request_id!r} (positions "
                         f"{request.first_position}..{request.first_position + request.num_tokens}"
                         f" from column {offset}) does not fit {seq_len} columns")
+    shape = (len(routes), seq_len, layout.num_columns, layout.top_k)
+    _check_output(fn, shape, np.int64, routes)
+    ids = np.zeros(shape, dtype=np.int64)
+    valid = np.zeros(shape[:3], dtype=bool)
+    for b, (offset, request, end) in enumerate(zip(offsets, routes, ends)):
         begin = offset + request.first_position
         ids[b, begin:end] = request.ids
         valid[b, begin:end] = request.valid

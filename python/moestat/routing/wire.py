@@ -47,6 +47,12 @@ non-zero id there means the layout does not match the model (a wrong MoE layer l
 or a draft/MTP router that wrote into a target layer): ``from_*`` raises unless
 ``dense="ignore"``, which drops the dense columns unread.
 
+Bounds. No converter builds an array of more than 16 times the bytes of the routes it is
+given plus 1 GiB (``OUTPUT_BOUND``): a first position, offset or ``seq_len`` far past the
+routes' rows, or a layout of far more decoder layers than MoE ones, is a ``moestat.Error``
+naming the size before anything is allocated. A ``.npy`` payload must hold exactly the bytes
+its header declares.
+
 Only numpy is imported; torch tensors on the CPU are taken wherever an array is (through
 ``numpy.asarray``).
 """
@@ -55,6 +61,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,6 +72,7 @@ from .. import _core
 from .._core import Error
 
 __all__ = [
+    "OUTPUT_BOUND",
     "SGLANG_WIRE_DTYPES",
     "from_megatron",
     "from_sglang",
@@ -84,6 +92,13 @@ SGLANG_WIRE_DTYPES = ("int32", "uint16", "uint8")
 # vLLM 0.33.0's RoutedExpertsCapturer emits uint8/uint16; its HTTP protocol comment also lists
 # int32.
 _VLLM_DTYPES = ("uint8", "uint16", "int32")
+#: What a converter's output may take: (expansion, allowance) = 16 times the bytes of the
+#: routes given (ids and validity) plus 1 GiB. Padded layouts and all-layer formats are a few
+#: times their routes; the allowance holds ordinary batches whatever their padding.
+OUTPUT_BOUND = (16, 1 << 30)
+# The widest integers the C++ side takes: positions and counts are int64, versions uint64.
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,18 +107,18 @@ _VLLM_DTYPES = ("uint8", "uint16", "int32")
 
 
 class _Layout:
-    """The fields of a RouteLayout the converters use, read once."""
+    """The fields of a RouteLayout the converters use, read once. A RouteLayout has been
+    validated (at most 2^16 decoder layers), so its arrays are small."""
 
     def __init__(self, layout: Any, fn: str) -> None:
-        try:
-            self.num_decoder_layers = int(layout.num_decoder_layers)
-            self.layers = np.asarray(list(layout.layers), dtype=np.int64)
-            self.num_experts = int(layout.num_experts)
-            self.top_k = int(layout.top_k)
-            self.id_dtype = np.dtype(layout.id_dtype)
-        except AttributeError:
+        if not isinstance(layout, _core.RouteLayout):
             raise TypeError(f"{fn}: layout must be a moestat.RouteLayout, "
-                            f"got {type(layout).__name__}") from None
+                            f"got {type(layout).__name__}")
+        self.num_decoder_layers = int(layout.num_decoder_layers)
+        self.layers = np.asarray(list(layout.layers), dtype=np.int64)
+        self.num_experts = int(layout.num_experts)
+        self.top_k = int(layout.top_k)
+        self.id_dtype = np.dtype(layout.id_dtype)
         self.obj = layout
         self.num_columns = len(self.layers)
         dense = np.ones(self.num_decoder_layers, dtype=bool)
@@ -126,7 +141,8 @@ def _short_list(values: list) -> str:
     return "[" + ", ".join(map(str, values[:6])) + f", ... ({len(values)} in all)]"
 
 
-def _index(value: Any, fn: str, name: str, minimum: int | None = 0) -> int:
+def _index(value: Any, fn: str, name: str, minimum: int | None = 0,
+           maximum: int = _INT64_MAX) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{fn}: {name} must be an int, got bool")
     try:
@@ -135,7 +151,27 @@ def _index(value: Any, fn: str, name: str, minimum: int | None = 0) -> int:
         raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}") from None
     if minimum is not None and number < minimum:
         raise Error(f"{fn}: {name} must be >= {minimum}, got {number}")
+    if number > maximum:
+        raise Error(f"{fn}: {name} must be <= {maximum}, got {number}")
     return number
+
+
+def _routes_bytes(routes: Sequence) -> int:
+    """The bytes `routes` hold: their ids and validity bytes."""
+    return sum(r.num_tokens * r.layout.bytes_per_token for r in routes)
+
+
+def _check_output(fn: str, shape: Sequence[int], dtype: Any, routes: Sequence) -> None:
+    """Error unless an array of `shape` and `dtype` fits OUTPUT_BOUND for `routes`: checked
+    before it is allocated (numpy would take the memory, or raise MemoryError)."""
+    size = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
+    given = _routes_bytes(routes)
+    expansion, allowance = OUTPUT_BOUND
+    if size > expansion * given + allowance:
+        raise Error(f"{fn}: the output would be {size:,} bytes ({np.dtype(dtype).name} "
+                    f"{list(shape)}), more than {expansion} times the {given:,} bytes of the "
+                    f"routes plus {allowance >> 30} GiB: positions, offsets or seq_len far past "
+                    f"the routes' rows, or a layout of far more decoder layers than MoE ones")
 
 
 def _string(value: Any, fn: str, name: str) -> str:
@@ -249,8 +285,10 @@ def _ids_of(routes: Any, layout: _Layout, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def _all_layers(routes: Any, layout: _Layout, dtype: np.dtype) -> np.ndarray:
+def _all_layers(routes: Any, layout: _Layout, dtype: np.dtype, fn: str) -> np.ndarray:
     """[T, L, K] of `dtype`: the MoE columns at their decoder layers, dense layers 0."""
+    _check_output(fn, (routes.num_tokens, layout.num_decoder_layers, layout.top_k), dtype,
+                  [routes])
     full = np.zeros((routes.num_tokens, layout.num_decoder_layers, layout.top_k), dtype=dtype)
     full[:, layout.layers, :] = _ids_of(routes, layout, dtype)
     return full
@@ -319,7 +357,7 @@ def _ids_from_array(array: np.ndarray, layout: _Layout, positions: np.ndarray, *
 def _make_routes(layout: _Layout, ids: np.ndarray, valid: np.ndarray, *, request_id: str,
                  first_position: int, model: str, placement_version: int, fn: str) -> Any:
     _string(model, fn, "model")
-    placement_version = _index(placement_version, fn, "placement_version")
+    placement_version = _index(placement_version, fn, "placement_version", maximum=_UINT64_MAX)
     return _core.RoutedExperts(layout.obj, ids.astype(layout.id_dtype), valid=valid,
                                request_id=request_id, first_position=first_position,
                                model=model, placement_version=placement_version)
@@ -404,7 +442,7 @@ def to_sglang(routes: Any, dtype: Any = "int32", *, allow_invalid: bool = False)
     _check_holds(wire, layout, fn)
     if not allow_invalid:
         _refuse_invalid(routes, layout, fn, "SGLang's format")
-    full = _all_layers(routes, layout, wire)
+    full = _all_layers(routes, layout, wire, fn)
     out = {"routed_experts": base64.b64encode(full.tobytes(order="C")).decode("ascii")}
     if wire.name != "int32":
         out["routed_experts_dtype"] = wire.name
@@ -522,7 +560,7 @@ def to_vllm(routes: Any, encoding: str = "array", *, allow_invalid: bool = False
     dtype = _vllm_dtype(layout, fn)
     if not allow_invalid:
         _refuse_invalid(routes, layout, fn, "vLLM's format")
-    full = _all_layers(routes, layout, dtype)
+    full = _all_layers(routes, layout, dtype, fn)
     if encoding == "array":
         return full
     with io.BytesIO() as buffer:  # vllm.utils.serial_utils.numpy2base64
@@ -530,26 +568,46 @@ def to_vllm(routes: Any, encoding: str = "array", *, allow_invalid: bool = False
         return base64.b64encode(buffer.getbuffer()).decode("ascii")
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _load_npy(text: str, fn: str) -> np.ndarray:
+    """The array of a base64 ``.npy``, its header read first: an array is made only of bytes
+    that hold exactly what the header declares (np.load allocates the declared size first),
+    and never by unpickling."""
     raw = _b64decode(text, fn, "routed_experts")
     if not raw.startswith(b"\x93NUMPY"):
         kind = ("a pickle" if raw[:1] == b"\x80" else
                 "an .npz archive" if raw.startswith(b"PK") else "no .npy header")
         raise Error(f"{fn}: routed_experts is not a .npy array ({kind}; vLLM sends "
                     f"numpy2base64's .npy)")
+    stream = io.BytesIO(raw)
     try:
-        # Never unpickles: an object array's pickle is refused.
-        loaded = np.load(io.BytesIO(raw), allow_pickle=False)
+        version = np.lib.format.read_magic(stream)
+        if version not in _NPY_HEADERS:
+            raise Error(f"{fn}: routed_experts is a .npy of version {version[0]}.{version[1]}; "
+                        f"np.save writes 1.0 (2.0 for headers over 64 KiB)")
+        shape, fortran_order, dtype = _NPY_HEADERS[version](stream)
     except ValueError as error:
-        if "pickle" in str(error).lower():
-            raise Error(f"{fn}: routed_experts is a .npy of Python objects, which would need "
-                        f"unpickling: refused") from None
+        if str(error).startswith("Header info length"):
+            raise Error(f"{fn}: routed_experts' .npy header is longer than numpy reads (10000 "
+                        f"characters; a [rows, L, K] array's takes about 128)") from None
         raise Error(f"{fn}: routed_experts is not a readable .npy array "
                     f"({str(error).splitlines()[0]})") from None
-    except (EOFError, OSError, TypeError) as error:
+    except (EOFError, OSError, UnicodeDecodeError) as error:
         raise Error(f"{fn}: routed_experts is not a readable .npy array "
                     f"({str(error).splitlines()[0]})") from None
-    return loaded
+    if dtype.hasobject:
+        raise Error(f"{fn}: routed_experts is a .npy of Python objects, which would need "
+                    f"unpickling: refused")
+    count = math.prod(shape)
+    held = len(raw) - stream.tell()
+    if count * dtype.itemsize != held:
+        raise Error(f"{fn}: routed_experts' .npy header declares {dtype} {list(shape)} "
+                    f"({count * dtype.itemsize:,} bytes), but {held:,} bytes follow it")
+    array = np.frombuffer(raw, dtype=dtype, count=count, offset=stream.tell())
+    return array.reshape(shape, order="F" if fortran_order else "C")
 
 
 def from_vllm(routed_experts: Any, layout: Any, first_position: int = 0, request_id: str = "",
@@ -614,6 +672,8 @@ def to_megatron(routes: Any, *, allow_invalid: bool = False) -> list[np.ndarray]
     if not allow_invalid:
         for r in routes:
             _refuse_invalid(r, layout, fn, "Megatron's RouterReplay")
+    _check_output(fn, (sum(r.num_tokens for r in routes), layout.num_columns, layout.top_k),
+                  np.int64, routes)
     ids = np.concatenate([_ids_of(r, layout, np.dtype(np.int64)) for r in routes], axis=0)
     return [np.ascontiguousarray(ids[:, c, :]) for c in range(layout.num_columns)]
 
@@ -658,7 +718,8 @@ def from_megatron(per_layer: Any, layout: Any, lengths: Sequence[int] | None = N
     total = stacked.shape[0]
     if lengths is None:
         lengths = [total]
-    lengths = [_index(n, fn, f"lengths[{i}]") for i, n in enumerate(lengths)]
+    lengths = [_index(n, fn, f"lengths[{i}]")
+               for i, n in enumerate(_sequence(lengths, fn, "lengths"))]
     if sum(lengths) != total:
         raise Error(f"{fn}: lengths add up to {sum(lengths)} tokens, the indices have {total}")
     request_ids = _per_request(request_ids, len(lengths), "", fn, "request_ids")
@@ -683,13 +744,17 @@ def from_megatron(per_layer: Any, layout: Any, lengths: Sequence[int] | None = N
     return out
 
 
-def _per_request(values: Any, count: int, default: Any, fn: str, name: str) -> list:
-    if values is None:
-        return [default] * count
+def _sequence(values: Any, fn: str, name: str) -> list:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not (
             isinstance(values, np.ndarray) and values.ndim == 1):
         raise TypeError(f"{fn}: {name} must be a list, got {type(values).__name__}")
-    values = list(values)
+    return list(values)
+
+
+def _per_request(values: Any, count: int, default: Any, fn: str, name: str) -> list:
+    if values is None:
+        return [default] * count
+    values = _sequence(values, fn, name)
     if len(values) != count:
         raise Error(f"{fn}: {len(values)} {name} for {count} requests")
     return values
@@ -747,6 +812,7 @@ def to_verl(routes: Any, seq_len: int | None = None, layers: str = "moe", *,
         raise Error(f"{fn}: seq_len {seq_len} is too short: sample {b} has rows up to index "
                     f"{needed - 1}")
     width = layout.num_columns if layers == "moe" else layout.num_decoder_layers
+    _check_output(fn, (len(routes), seq_len, width, layout.top_k), np.int16, routes)
     ids = np.zeros((len(routes), seq_len, width, layout.top_k), dtype=np.int16)
     mask = np.zeros((len(routes), seq_len), dtype=bool)
     for b, (r, offset) in enumerate(zip(routes, offsets)):
@@ -884,7 +950,7 @@ def to_slime(routes: Any, *, allow_invalid: bool = False) -> np.ndarray:
     _check_holds(dtype, layout, fn)
     if not allow_invalid:
         _refuse_invalid(routes, layout, fn, "slime's format")
-    return _all_layers(routes, layout, dtype)
+    return _all_layers(routes, layout, dtype, fn)
 
 
 def from_slime(routed_experts: Any, layout: Any, request_id: str = "", *,
