@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <moestat/error.hpp>
 #include <moestat/routes/route_recorder.hpp>
 #include <string>
@@ -165,8 +164,8 @@ inline void hammer_route_recorder(routes::RouteRecorder& recorder,
     for (int pass = 0; pass < kThreadPasses; ++pass) {
       recorder.begin_pass();
       recorder.record_topk(0, first_layer);
-      // Keeps the pass open until other threads' hooks ran in it (the second call surely
-      // began after begin_pass), so every pass has hooks of several threads.
+      // Keeps the pass open until a couple more hook calls returned, so that other threads'
+      // hooks run in most passes and over their ends (nothing checked depends on it).
       const std::int64_t before = hook_calls.load();
       while (hook_calls.load() < before + 2) std::this_thread::yield();
       const int a = pass % kThreadRequests;
