@@ -5,8 +5,10 @@ do not fit are logged and ignored; moestat.vllm.load_window_counts reads vLLM's 
 
 Skipped where vLLM's EPLB modules do not import (vllm_harness.py says when that is an error).
 """
+import errno
 import json
 import logging
+import os
 import pathlib
 import subprocess
 
@@ -28,6 +30,13 @@ from moestat.vllm.eplb_policy import MoestatEplbPolicy
 
 # The CLI next to the package in the build tree (build/moestat beside build/python).
 BUILD_TREE_CLI = pathlib.Path(moestat.__file__).parents[2] / "moestat"
+
+
+@pytest.fixture(autouse=True)
+def no_faults_yet(monkeypatch):
+    """Every test starts with no fault counted and no window number taken."""
+    monkeypatch.setattr(offline, "_faults", offline.collections.Counter())
+    monkeypatch.setattr(offline, "_next_number", {})
 
 
 def load_plugins():
@@ -217,6 +226,24 @@ def test_a_placement_file_that_does_not_fit_is_logged_once_and_ignored(
                 if r.levelno == logging.WARNING and r.name.startswith("moestat")]
     assert len(warnings) == 1, warnings  # two calls (profile run, rearrange), one warning
     assert str(path) in warnings[0] and "plans as usual" in warnings[0]
+    assert offline.faults() == {"placement": 2}  # both counted
+
+
+def test_a_placement_of_another_shape_is_refused_at_its_first_row(monkeypatch, tmp_path, caplog):
+    # A map of 20000 slots a row: the reader stops at vLLM's 13th slot, before the text that
+    # follows (cut short here: not JSON), so a large file of another model costs no time.
+    path = tmp_path / "placement.json"
+    row = ", ".join(["0"] * 20000)
+    path.write_text('{"physical_to_logical_map": [[' + row + "], [" + row)
+    monkeypatch.setenv(offline.ENV_PLACEMENT, str(path))
+    with caplog.at_level(logging.WARNING, logger="moestat"):
+        for _ in range(3):
+            assert offline.static_placement(NUM_LAYERS, NUM_PHYSICAL, NUM_EXPERTS) is None
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("moestat")]
+    assert len(warnings) == 1, warnings
+    assert (f"physical_to_logical_map[0] has more than {NUM_PHYSICAL} entries, expected "
+            f"{NUM_PHYSICAL} (physical slots)") in warnings[0]
+    assert offline.faults() == {"placement": 3}
 
 
 def test_offline_variables_alone_keep_vllms_own_plans(restore_policies, monkeypatch, tmp_path):
@@ -263,6 +290,48 @@ def test_a_directory_that_cannot_be_written_is_logged_once(monkeypatch, tmp_path
         for _ in range(3):
             assert offline.record_window(torch.ones(2, 8, dtype=torch.int32), 12, 1, 1, 4) is None
     assert len([r for r in caplog.records if r.name.startswith("moestat")]) == 1
+    assert offline.faults() == {"load_window": 3}
+
+
+@pytest.mark.parametrize("planted", [
+    "vllm-eplb-load-" + "9" * 231 + "-2x8.json",  # 255 bytes: one digit more is too long
+    "vllm-eplb-load-999999999-2x8.json",           # the highest number continued
+])
+def test_names_do_not_grow_with_what_the_directory_holds(monkeypatch, tmp_path, caplog, planted):
+    assert len(planted) <= 255
+    (tmp_path / planted).write_text("planted")
+    monkeypatch.setenv(offline.ENV_LOAD_DIR, str(tmp_path))
+    window = torch.ones(2, 8, dtype=torch.int32)
+    with caplog.at_level(logging.WARNING, logger="moestat"):
+        written = [pathlib.Path(offline.record_window(window * i, 12, 1, 1, 4)) for i in (1, 2, 3)]
+    assert not [r for r in caplog.records if r.name.startswith("moestat")]
+    assert offline.faults() == {}
+    first = 1 if len(planted) == 255 else 1_000_000_000
+    assert [p.name for p in written] == [
+        f"vllm-eplb-load-{number:06d}-2x8.json" for number in range(first, first + 3)]
+    for i, path in enumerate(written, start=1):
+        np.testing.assert_array_equal(moestat.read_logical_counts(path), window.numpy() * i)
+
+
+def test_a_failing_dump_keeps_being_counted_and_the_next_one_is_written(monkeypatch, tmp_path,
+                                                                       caplog):
+    monkeypatch.setenv(offline.ENV_LOAD_DIR, str(tmp_path))
+    window = torch.ones(2, 8, dtype=torch.int32)
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with caplog.at_level(logging.WARNING, logger="moestat"):
+        with monkeypatch.context() as full:
+            full.setattr(offline.os, "link", no_space)
+            for _ in range(3):
+                assert offline.record_window(window, 12, 1, 1, 4) is None
+        assert offline.faults() == {"load_window": 3}
+        written = offline.record_window(window, 12, 1, 1, 4)  # space again
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("moestat")]
+    assert len(logged) == 1 and "No space left" in logged[0] and "faults()" in logged[0], logged
+    assert pathlib.Path(written).parent == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == [pathlib.Path(written).name]
 
 
 def test_load_window_counts_reads_vllms_tensors(tmp_path):

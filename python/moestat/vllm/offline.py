@@ -7,17 +7,22 @@ rearrange. So, through moestat's policy (``eplb_policy.py``, installed by ``regi
 
 - ``MOESTAT_VLLM_EPLB_LOAD_DIR=DIR``: at every rearrange the policy writes the load window it was
   handed (``[MoE layers, logical experts]``: summed over the window's steps and all-reduced over
-  the EP ranks) as a moestat counts file in DIR, ``vllm-eplb-load-NNNNNN-LxE.json`` (NNNNNN the
-  first number free in DIR; ``MOESTAT_VLLM_EPLB_LOAD_FORMAT=pt`` or ``safetensors`` for those
-  formats). Only EP rank 0 writes. Windows without load (vLLM's profile run) are not written.
+  the EP ranks) as a moestat counts file in DIR, ``vllm-eplb-load-NNNNNN-LxE.json``
+  (``MOESTAT_VLLM_EPLB_LOAD_FORMAT=pt`` or ``safetensors`` for those formats). NNNNNN counts up
+  in this process from one past the highest number of six to nine digits in DIR when it first
+  writes there, so names never grow with what else DIR holds. Only EP rank 0 writes. Windows
+  without load (vLLM's profile run) are not written.
 - ``MOESTAT_VLLM_EPLB_PLACEMENT=FILE``: a placement (``{"physical_to_logical_map": [L][P]}``,
   .json, .pt or .safetensors, as ``moestat plan`` writes it) that the policy returns instead of
   planning whenever its shape is vLLM's ``[L, P]`` and every expert has a replica; vLLM moves
   the weights to it at its first real rearrange and keeps it (later rearranges return it again
-  and move nothing). Read once per process; a file that cannot be used is logged once and the
-  policy plans as it would without it.
+  and move nothing). Read once per process and model shape, refused at its first row that is
+  not vLLM's shape; a file that cannot be used is a fault, and the policy plans as it would
+  without it.
 
-Neither ever stops vLLM: a failure is logged (once per cause) and vLLM's rearrange goes on.
+Neither ever stops vLLM: a failure is a fault, counted by kind in ``faults()``
+(``load_window``: a window not written; ``placement``: the placement file not served), logged
+once per kind and cause, and vLLM's rearrange goes on.
 
 ``load_window_counts`` reads vLLM's own tensors (``expert_load_window [W, L, P]`` and
 ``physical_to_logical_map [L, P]``, from an ``EplbState`` or saved with ``torch.save``) into
@@ -28,6 +33,8 @@ MoE layer ``i``, not decoder layer ``i``): that is the shape vLLM's map has, so 
 planned on them fits vLLM as it is.
 """
 
+import collections
+import errno
 import json
 import logging
 import os
@@ -45,12 +52,18 @@ ENV_LOAD_FORMAT = "MOESTAT_VLLM_EPLB_LOAD_FORMAT"
 ENV_PLACEMENT = "MOESTAT_VLLM_EPLB_PLACEMENT"
 
 LOAD_FILE_PREFIX = "vllm-eplb-load-"
-_LOAD_FILE_PATTERN = re.compile(re.escape(LOAD_FILE_PREFIX) + r"(\d+)-")
 _FORMATS = ("json", "pt", "safetensors")
+# The names this module writes, whose numbers it continues: six digits, up to nine once a
+# million windows are written. A longer number (a planted name) is not continued, so no name
+# outgrows the file system's 255 bytes however DIR is filled.
+_LOAD_FILE_PATTERN = re.compile(
+    re.escape(LOAD_FILE_PREFIX) + r"(\d{6,9})-\d+x\d+\.(?:" + "|".join(_FORMATS) + r")\Z")
 
 _lock = threading.Lock()
 _logged = set()
-_placements = {}  # path -> (map [L, P] int64 or None, why not)
+_placements = {}  # (path, L, P) -> (map [L, P] int64 or None, why not)
+_next_number = {}  # directory -> the number its next window takes
+_faults = collections.Counter()  # {kind: count} of the faults in this process
 
 
 def _log_once(key, level, message, *args):
@@ -59,6 +72,30 @@ def _log_once(key, level, message, *args):
             return
         _logged.add(key)
     logger.log(level, message, *args)
+
+
+def _fault(kind, cause, message, *args):
+    """A failure inside vLLM's rearrange: counted by kind, logged once per kind and cause,
+    never raised (vLLM must keep serving)."""
+    with _lock:
+        _faults[kind] += 1
+    _log_once((kind, cause), logging.WARNING,
+              message + " (logged once; moestat.vllm.offline.faults() counts them)", *args)
+
+
+def faults():
+    """{kind: count} of the failures inside vLLM's rearranges in this process, each logged
+    once per cause and never raised: ``load_window`` (a window that could not be written to
+    $MOESTAT_VLLM_EPLB_LOAD_DIR) and ``placement`` (a rearrange at which
+    $MOESTAT_VLLM_EPLB_PLACEMENT could not be read or did not fit the model)."""
+    with _lock:
+        return dict(_faults)
+
+
+def _cause(error):
+    """What tells one kind of failure from another in the log: the exception's type and
+    errno, not its message (which may name a new file every time)."""
+    return type(error).__name__, getattr(error, "errno", None)
 
 
 def _ep_rank():
@@ -126,14 +163,14 @@ def record_window(weight, num_replicas, num_groups, num_nodes, num_ranks):
             metadata["pp_rank"] = pp_rank
         return _publish(directory, counts, fmt, metadata)
     except Exception as error:  # noqa: BLE001 - vLLM must keep serving
-        _log_once(("dump", directory, type(error).__name__, str(error)), logging.WARNING,
-                  "moestat: cannot write vLLM's load window to %s (%s); vLLM goes on", directory,
-                  error)
+        _fault("load_window", (directory, *_cause(error)),
+               "moestat: cannot write vLLM's load window to %s (%s); vLLM goes on", directory,
+               error)
         return None
 
 
 def _publish(directory, counts, fmt, metadata):
-    """Writes counts to a hidden temporary file in directory and links it to the first free
+    """Writes counts to a hidden temporary file in directory and links it to the next
     vllm-eplb-load-NNNNNN-LxE.<fmt>: a file appears whole, and none is ever overwritten."""
     os.makedirs(directory, exist_ok=True)
     temporary = os.path.join(
@@ -149,25 +186,12 @@ def _publish(directory, counts, fmt, metadata):
             from .._core import write_logical_counts
 
             write_logical_counts(temporary, counts)
-        matches = map(_LOAD_FILE_PATTERN.match, os.listdir(directory))
-        taken = [int(match.group(1)) for match in matches if match]
-        number = max(taken, default=0) + 1
         layers, experts = counts.shape
-        for _ in range(1000):
+        for _ in range(1000):  # a name another writer took meanwhile: the next number
+            number = _take_number(directory)
             path = os.path.join(directory,
                                 f"{LOAD_FILE_PREFIX}{number:06d}-{layers}x{experts}.{fmt}")
-            try:
-                os.link(temporary, path)
-                return path
-            except FileExistsError:
-                number += 1
-            except OSError:  # no hard links here: reserve the name, then replace it whole
-                try:
-                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                except FileExistsError:
-                    number += 1
-                    continue
-                os.replace(temporary, path)
+            if _link_new(temporary, path):
                 return path
         raise OSError(f"no free file name in {directory}")
     finally:
@@ -177,52 +201,87 @@ def _publish(directory, counts, fmt, metadata):
             pass
 
 
+def _take_number(directory):
+    """The number of directory's next window: counted by this process from one past the
+    highest it finds there when it first writes (so a restart goes on after the last run)."""
+    with _lock:
+        number = _next_number.get(directory)
+        if number is None:
+            matches = map(_LOAD_FILE_PATTERN.match, os.listdir(directory))
+            number = max((int(match.group(1)) for match in matches if match), default=0) + 1
+        _next_number[directory] = number + 1
+        return number
+
+
+def _link_new(temporary, path):
+    """Gives temporary's contents the name path unless path exists (False then)."""
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+    # no hard links here: reserve the name, then replace it whole
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    os.replace(temporary, path)
+    return True
+
+
 def static_placement(num_layers, num_replicas, num_experts):
     """The map of $MOESTAT_VLLM_EPLB_PLACEMENT ([L, P] int64) when it fits vLLM's [num_layers,
     num_replicas] map of num_experts experts with every expert replicated; None without the
-    variable or when it does not fit (logged once per file and cause). The file is read once
-    per process. Never raises."""
+    variable or when it does not fit (a ``placement`` fault). The file is read once per process
+    and shape, and refused at its first row that breaks the shape (a file of another model's
+    shape is not read through). Never raises."""
     path = os.environ.get(ENV_PLACEMENT, "").strip()
     if not path:
         return None
     try:
-        phy2log, why_not = _read_placement_once(path)
+        phy2log, why_not = _read_placement_once(path, num_layers, num_replicas)
         if phy2log is None:
-            _log_once(("placement", path, why_not), logging.WARNING,
-                      "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
-                      path, why_not)
+            _fault("placement", (path, why_not),
+                   "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
+                   path, why_not)
             return None
         problem = _misfit(phy2log, num_layers, num_replicas, num_experts)
         if problem:
-            _log_once(("placement", path, problem), logging.WARNING,
-                      "moestat: not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
-                      "vLLM's EPLB plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas,
-                      num_experts, problem)
+            _fault("placement", (path, problem),
+                   "moestat: not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
+                   "vLLM's EPLB plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas,
+                   num_experts, problem)
             return None
         _log_once(("placement-used", path, num_layers, num_replicas, num_experts), logging.INFO,
                   "moestat: vLLM's EPLB serves the placement %s ([%d, %d])", path, num_layers,
                   num_replicas)
         return phy2log.copy()
     except Exception as error:  # noqa: BLE001 - vLLM must keep serving
-        _log_once(("placement", path, type(error).__name__, str(error)), logging.WARNING,
-                  "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
-                  path, error)
+        _fault("placement", (path, *_cause(error)),
+               "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT, path,
+               error)
         return None
 
 
-def _read_placement_once(path):
+def _read_placement_once(path, num_layers, num_replicas):
+    """(map, None) or (None, why not) for the placement at path read as vLLM's [num_layers,
+    num_replicas] map: read once per process and shape."""
+    key = (path, int(num_layers), int(num_replicas))
     with _lock:
-        if path in _placements:
-            return _placements[path]
+        if key in _placements:
+            return _placements[key]
     try:
         from .._core import read_placement
 
-        phy2log = np.ascontiguousarray(read_placement(path).physical_to_logical, dtype=np.int64)
-        result = (phy2log, None)
+        placement = read_placement(path, num_layers=key[1], num_physical_experts=key[2])
+        result = (np.ascontiguousarray(placement.physical_to_logical, dtype=np.int64), None)
     except Exception as error:  # noqa: BLE001 - moestat.Error, OSError, ...
         result = (None, f"unreadable: {error}")
     with _lock:
-        return _placements.setdefault(path, result)
+        return _placements.setdefault(key, result)
 
 
 def _misfit(phy2log, num_layers, num_replicas, num_experts):
@@ -349,5 +408,5 @@ def write_load_window(path, source, model=None, num_logical_experts=None):
     return counts
 
 
-__all__ = ["ENV_LOAD_DIR", "ENV_LOAD_FORMAT", "ENV_PLACEMENT", "load_window_counts",
+__all__ = ["ENV_LOAD_DIR", "ENV_LOAD_FORMAT", "ENV_PLACEMENT", "faults", "load_window_counts",
            "load_window_tensors", "write_load_window", "record_window", "static_placement"]
