@@ -48,6 +48,7 @@ struct RouteRecorder::PassPlan {
     RequestRows* request;  // its rows have room reserved for `rows`
     std::vector<HeldRow> rows;
     std::int64_t end;
+    std::int64_t gap_positions;
   };
   std::vector<RowMove> moves;
   std::size_t rows_used = 0;  // from the back of free_rows_
@@ -84,16 +85,19 @@ void RouteRecorder::check_batch(std::span<const TokenSpan> batch) const {
       MOESTAT_CHECK(span.request_id != batch[j].request_id,
                     "route recorder: request {} appears twice in one batch", span.request_id);
     }
-    // A take() hands a gap out as rows not valid: bounding the gap bounds what one take()
-    // can be made to allocate per span to a full store's worth, whatever the positions.
+    // A take() hands gaps out as rows not valid: bounding the gaps a request holds between
+    // two takes bounds what one take() can be made to allocate for positions no pass routed
+    // to a full store's worth, whatever the positions.
     const auto known = requests_.find(span.request_id);
-    MOESTAT_CHECK(known == requests_.end() ||
-                      span.first_position - known->second.end <= options_.capacity_tokens,
-                  "route recorder: request {}'s span starts at position {}, {} past the end of "
-                  "its routes; the most is capacity_tokens ({})",
-                  span.request_id, span.first_position,
-                  known == requests_.end() ? 0 : span.first_position - known->second.end,
-                  options_.capacity_tokens);
+    if (known != requests_.end()) {
+      const RequestRows& request = known->second;
+      MOESTAT_CHECK(gap_before(request, span) <= options_.capacity_tokens - request.gap_positions,
+                    "route recorder: request {}'s span starts at position {}, {} past the end of "
+                    "its routes, with {} positions of gaps not yet taken; at most "
+                    "capacity_tokens ({}) positions of gaps are held between two takes",
+                    span.request_id, span.first_position, gap_before(request, span),
+                    request.gap_positions, options_.capacity_tokens);
+    }
     next_row = first + span.num_tokens;
   }
 }
@@ -137,7 +141,8 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
       if (needed > request->rows.capacity()) {
         request->rows.reserve(std::max(needed, 2 * request->rows.capacity()));
       }
-      plan.grown.push_back({request, std::move(rows), std::max(request->end, end)});
+      plan.grown.push_back({request, std::move(rows), std::max(request->end, end),
+                            request->gap_positions + gap_before(*request, span)});
     } else {
       plan.new_requests.emplace(span.request_id,
                                 RequestRows{span.first_position, std::move(rows), end});
@@ -145,6 +150,10 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
     next_row = first + span.num_tokens;
   }
   return plan;
+}
+
+std::int64_t RouteRecorder::gap_before(const RequestRows& request, const TokenSpan& span) noexcept {
+  return std::max<std::int64_t>(0, span.first_position - request.end);
 }
 
 std::int32_t RouteRecorder::held_row(const RequestRows& request, std::int64_t position) {
@@ -172,6 +181,7 @@ void RouteRecorder::commit(PassPlan& plan) noexcept {
       std::inplace_merge(rows.begin(), rows.begin() + old_size, rows.end(), by_position);
     }
     grown.request->end = grown.end;
+    grown.request->gap_positions = grown.gap_positions;
   }
   requests_.merge(plan.new_requests);
   tallies_.tokens_recorded += plan.tokens_recorded;
@@ -334,6 +344,7 @@ RoutedExperts RouteRecorder::take_locked_then_read(std::string_view request_id, 
     }
     request.rows = {};  // its memory too: a request holds memory only while it holds rows
     request.first_position = request.end;
+    request.gap_positions = 0;
     if (forget) requests_.erase(found);
     placement_version = placement_version_;
     model = model_;

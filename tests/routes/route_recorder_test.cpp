@@ -307,7 +307,8 @@ TEST(RouteRecorder, GapsHoldNoRowsAndAreBoundedByTheCapacity) {
   pass(0);
   // 3x10^8 positions on: a take() would hand out 3x10^8 rows no pass routed.
   EXPECT_MOESTAT_ERROR(pass(300'000'000),
-                       "299999999 past the end of its routes; the most is capacity_tokens (16)");
+                       "299999999 past the end of its routes, with 0 positions of gaps not yet "
+                       "taken; at most capacity_tokens (16)");
   recorder.abort_pass();
   // 16 past the end: the most allowed; then one inside the gap, after a later position.
   pass(17);
@@ -323,6 +324,15 @@ TEST(RouteRecorder, GapsHoldNoRowsAndAreBoundedByTheCapacity) {
   // After a take() the bound counts from the end of what was taken.
   EXPECT_MOESTAT_ERROR(pass(18 + 17), "17 past the end of its routes");
   recorder.abort_pass();
+  // Gaps add up between two takes: one-token spans 5 positions apart, each a small gap, may
+  // not make a take hand out more than 16 positions no pass routed.
+  pass(18 + 5);
+  pass(18 + 5 + 6);
+  pass(18 + 5 + 6 + 6);
+  EXPECT_MOESTAT_ERROR(pass(18 + 5 + 6 + 6 + 6), "with 15 positions of gaps not yet taken");
+  recorder.abort_pass();
+  EXPECT_EQ(recorder.take("a").num_tokens(), 18);
+  pass(36 + 5);  // the take handed the gaps out: room for more
 }
 
 /// A backend whose end of pass fails while `fail` is set (a device error, say), and otherwise

@@ -86,7 +86,8 @@ struct RouteTallies {
 /// A layer whose row was already written in the pass (a draft model's router beside the
 /// target's) keeps its first ids and is tallied; so is an id outside [0, P), which leaves
 /// that layer's row not valid. Positions of a request may arrive in any order and with gaps
-/// of up to capacity_tokens positions: the gaps are returned not valid. A request's routes
+/// of up to capacity_tokens positions in all between two takes: the gaps are returned not
+/// valid. A request's routes
 /// start at the first position a pass routed for it: positions before it (a prompt served
 /// from the prefix cache) are not handed out at all, and first_position says where they start.
 ///
@@ -124,9 +125,10 @@ class RouteRecorder {
   void record_topk_layers(std::span<const LayerTopk> layers);
   /// Closes the pass: the batch rows `batch` covers become those requests' positions, and can
   /// be taken. A request at most once; spans may not overlap or pass max_tokens_per_pass; a
-  /// span's positions end at kMaxPosition at most, and start at most capacity_tokens past the
-  /// end of what its request routed before (so a take() never hands out more unrecorded
-  /// rows than that per span). A batch breaking any of these is refused whole with
+  /// span's positions end at kMaxPosition at most, and the gaps it opens past the end of what
+  /// its request routed before, with those its request holds since its last take(), are at
+  /// most capacity_tokens positions (so a take() never hands out more rows that no pass
+  /// routed than that). A batch breaking any of these is refused whole with
   /// moestat::Error, and changes nothing (the pass stays open).
   void end_pass(std::span<const TokenSpan> batch);
   /// Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded), rows
@@ -215,6 +217,7 @@ class RouteRecorder {
     std::int64_t first_position = 0;  ///< The first position not taken.
     std::vector<HeldRow> rows;        ///< By position.
     std::int64_t end = 0;             ///< One past the last position an ended pass routed.
+    std::int64_t gap_positions = 0;   ///< Positions in [first_position, end) no pass routed.
   };
   /// What end_pass(batch) will change, worked out before anything changes.
   struct PassPlan;
@@ -222,6 +225,8 @@ class RouteRecorder {
   void require_keys(RouteKeys keys, const char* call) const;
   void check_batch(std::span<const TokenSpan> batch) const;
   PassPlan plan_rows(std::span<const TokenSpan> batch);
+  /// Positions between the end of `request`'s routes and the start of `span`.
+  static std::int64_t gap_before(const RequestRows& request, const TokenSpan& span) noexcept;
   /// The store row holding `position` of `request`; -1: none.
   static std::int32_t held_row(const RequestRows& request, std::int64_t position);
   void commit(PassPlan& plan) noexcept;
