@@ -590,7 +590,7 @@ class RouteRecorder:
 
     def end_pass(self, batch: object) -> None:
         """
-        Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which batch rows are which request's positions (first_row omitted: after the previous span); rows no span covers are padding. A span ends at position 2**62 at most and starts at most capacity_tokens past the end of its request's routes; a batch that breaks a rule raises moestat.Error and changes nothing.
+        Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which batch rows are which request's positions (first_row omitted: after the previous span); rows no span covers are padding. A span ends at position 2**62 at most, and the gaps a request's spans leave between two takes span capacity_tokens positions at most; a batch that breaks a rule raises moestat.Error and changes nothing.
         """
 
     def end_pass_slots(self, slots: Sequence[int]) -> None:

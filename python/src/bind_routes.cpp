@@ -328,9 +328,9 @@ void bind_routes(nb::module_& module) {
           "batch"_a,
           "Closes the pass: (request_id, first_position, num_tokens[, first_row]) spans say which "
           "batch rows are which request's positions (first_row omitted: after the previous "
-          "span); rows no span covers are padding. A span ends at position 2**62 at most and "
-          "starts at most capacity_tokens past the end of its request's routes; a batch that "
-          "breaks a rule raises moestat.Error and changes nothing.")
+          "span); rows no span covers are padding. A span ends at position 2**62 at most, and "
+          "the gaps a request's spans leave between two takes span capacity_tokens positions "
+          "at most; a batch that breaks a rule raises moestat.Error and changes nothing.")
       .def(
           "end_pass_slots",
           [](RouteRecorder& recorder, const std::vector<std::int64_t>& slots) {
