@@ -199,6 +199,10 @@ def test_file_functions_other_arguments(tmp_path):
         moestat.write_placement(tmp_path / "p.json", "placement")
     with raises_naming(r"^read_placement: version must be an int from 0 to 2\*\*64 - 1, got -2$"):
         moestat.read_placement(tmp_path / "p.json", version=-2)
+    with raises_naming(r"^read_placement: num_layers must be an int"):
+        moestat.read_placement(tmp_path / "p.json", num_layers="58")
+    with pytest.raises(moestat.Error, match=r"the shape required is \[2, -1\], expected sizes"):
+        moestat.read_placement(tmp_path / "p.json", num_layers=2, num_physical_experts=-1)
     placement = moestat.Placement.trivial(2, 8, 8)
     with raises_naming(r"^write_sglang_dump: snapshot must be a moestat.Snapshot, got dict$"):
         moestat.write_sglang_dump({}, placement)

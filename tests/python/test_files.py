@@ -24,6 +24,15 @@ def test_placement_round_trip(tmp_path, extension):
     again = moestat.read_placement(path)
     np.testing.assert_array_equal(again.physical_to_logical, placement.physical_to_logical)
     assert moestat.file_format(path) == extension[1:]
+    # the shape a model takes, required: this one, or any (0) in either dimension
+    for layers, slots in ((2, 4), (0, 4), (2, 0)):
+        shaped = moestat.read_placement(path, num_layers=layers, num_physical_experts=slots)
+        np.testing.assert_array_equal(shaped.physical_to_logical, placement.physical_to_logical)
+    message = (r"physical_to_logical_map\[0\] has more than 3 entries, expected 3 \(physical slots\)"
+               if extension == ".json" else
+               r"physical_to_logical_map is \[2, 4\], expected \[2, 3\]")
+    with pytest.raises(moestat.Error, match=message):
+        moestat.read_placement(path, num_layers=2, num_physical_experts=3)
 
 
 def test_sglang_dump_of_a_recording_reads_back(tmp_path, rng):
