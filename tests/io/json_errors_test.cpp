@@ -396,6 +396,20 @@ TEST(PlacementJsonErrors, StreamedElements) {
   EXPECT_EQ(placement.logical_of(0, 2), 1);
 }
 
+// The map is read before, not instead of, the checks every JSON document gets.
+TEST(PlacementJsonErrors, StreamedDocumentsKeepTheJsonBounds) {
+  const std::string map = "\"physical_to_logical_map\": [[0, 1]]";
+  expect_placement_error("{" + map + "}" + std::string("\0garbage", 8), {"NUL byte at offset"});
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  expect_placement_error("{\"x\": " + deep + ", " + map + "}", {"nested more than 64 deep"});
+  expect_placement_error("{" + map + ", \"physical_to_logical_map\": [[1, 0, 1]]}",
+                         {"the key \"physical_to_logical_map\" appears twice"});
+  std::string objects = "[";
+  for (int i = 0; i < 700'000; ++i) objects += "{},";
+  objects += "{}]";
+  expect_placement_error("{" + map + ", \"x\": " + objects + "}", {"16 times its size plus 1 MiB"});
+}
+
 // An engine reads a placement for the [layers, slots] map its model has: a file of another
 // shape is refused at its first row or id too many, before the rest is read (a 32 MiB map
 // took vLLM's rearrange ten seconds), whatever the format.
