@@ -5,9 +5,12 @@
 #   scripts/fuzz.sh                      a smoke run: 20000 inputs (at most 30 s) per target
 #   scripts/fuzz.sh -max_total_time=600  ten minutes per target; any libFuzzer flags
 #   FUZZ_TARGETS="pt json" scripts/fuzz.sh    only these targets (pt safetensors json
-#                                             simulation trace routes)
+#                                             simulation trace routes routes_convert)
 # Corpora grow in build-fuzz/corpus/<target>; a crash leaves its input in build-fuzz/ and
-# fails the script.
+# fails the script. routes_convert is Python (tests/fuzz/routes_convert_fuzz.py: the routes
+# reader and moestat.routing's converters, mutated from the routes seeds), run with the
+# Python package of the Release build (MOESTAT_PYTHON_DIR, default build/python: build its
+# _core target first) under /usr/bin/python3, for FUZZ_CONVERT_RUNS inputs (default 2000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=("$@")
@@ -25,10 +28,26 @@ rm -rf "$seeds"
 build-fuzz/tests/fuzz/make_fuzz_seeds "$seeds"
 cp tests/io/fixtures/*.pt "$seeds/pt/"
 
-for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace routes}; do
+# The converters' fuzzer: a Python script, not a libFuzzer binary, under the same limits.
+fuzz_converters() {
+  local python_dir=${MOESTAT_PYTHON_DIR:-build/python}
+  if ! compgen -G "$python_dir/moestat/_core*.so" >/dev/null; then
+    echo "fuzz: routes_convert needs the Python package in $python_dir (build _core)" >&2
+    return 1
+  fi
+  PYTHONPATH=$python_dir /usr/bin/python3 tests/fuzz/routes_convert_fuzz.py \
+    --runs "${FUZZ_CONVERT_RUNS:-2000}" \
+    --memory-mb 2048 --timeout-s 10 --artifacts build-fuzz "$seeds/routes"
+}
+
+for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace routes routes_convert}; do
+  echo "fuzz: $target ${flags[*]}"
+  if [[ $target == routes_convert ]]; then
+    fuzz_converters
+    continue
+  fi
   corpus=build-fuzz/corpus/$target
   mkdir -p "$corpus"
-  echo "fuzz: $target ${flags[*]}"
   # -rss_limit_mb: a reader that allocates far beyond its input fails the run.
   (cd build-fuzz && "tests/fuzz/${target}_fuzzer" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 "${flags[@]}" "corpus/$target" "seeds/$target")
