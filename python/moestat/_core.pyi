@@ -451,9 +451,9 @@ class MetricsServer:
     Serves GET /metrics (Prometheus text of LiveMetrics.update()) from a thread of its own.
     """
 
-    def __init__(self, metrics: LiveMetrics, *, host: str = '127.0.0.1', port: int = 0, max_connections: int = 64, request_timeout: float = 10.0, max_header_bytes: int = 8192, max_header_count: int = 100) -> None:
+    def __init__(self, metrics: LiveMetrics, *, host: str = '127.0.0.1', port: int = 0, max_connections: int = 64, max_connections_per_client: int = 8, request_timeout: float = 10.0, max_header_bytes: int = 8192, max_header_count: int = 100) -> None:
         """
-        port 0 picks a free port; another host than loopback exposes the metrics. At most max_connections at once (503 beyond); each closed request_timeout seconds after it was accepted; request heads over max_header_bytes or max_header_count are 431.
+        port 0 picks a free port; another host than loopback exposes the metrics. At most max_connections at once, max_connections_per_client of one client address (503 beyond; at max_connections a new client takes the place of an idle connection of an address holding more); each closed request_timeout seconds after it was accepted; request heads over max_header_bytes or max_header_count are 431.
         """
 
     @property

@@ -109,8 +109,8 @@ void bind_online(nb::module_& module) {
       .def(
           "__init__",
           [](online::MetricsServer* self, online::LiveMetrics& metrics, std::string host, int port,
-             int max_connections, double request_timeout, std::size_t max_header_bytes,
-             std::size_t max_header_count) {
+             int max_connections, int max_connections_per_client, double request_timeout,
+             std::size_t max_header_bytes, std::size_t max_header_count) {
             // NaN, infinity and negatives are refused before the conversion (undefined for them);
             // whole milliseconds, rounded up, so that a positive timeout stays positive.
             MOESTAT_CHECK(request_timeout > 0 && request_timeout <= 1e9,
@@ -119,23 +119,29 @@ void bind_online(nb::module_& module) {
                           request_timeout);
             const auto timeout = std::chrono::ceil<std::chrono::milliseconds>(
                 std::chrono::duration<double>(request_timeout));
-            new (self) online::MetricsServer(metrics, {.host = std::move(host),
-                                                       .port = port,
-                                                       .max_connections = max_connections,
-                                                       .request_timeout = timeout,
-                                                       .max_header_bytes = max_header_bytes,
-                                                       .max_header_count = max_header_count});
+            new (self) online::MetricsServer(
+                metrics, {.host = std::move(host),
+                          .port = port,
+                          .max_connections = max_connections,
+                          .max_connections_per_client = max_connections_per_client,
+                          .request_timeout = timeout,
+                          .max_header_bytes = max_header_bytes,
+                          .max_header_count = max_header_count});
           },
           "metrics"_a, nb::kw_only(), "host"_a = "127.0.0.1", "port"_a = 0,
           "max_connections"_a = online::MetricsServerOptions{}.max_connections,
+          "max_connections_per_client"_a =
+              online::MetricsServerOptions{}.max_connections_per_client,
           "request_timeout"_a =
               std::chrono::duration<double>(online::MetricsServerOptions{}.request_timeout).count(),
           "max_header_bytes"_a = online::MetricsServerOptions{}.max_header_bytes,
           "max_header_count"_a = online::MetricsServerOptions{}.max_header_count,
           nb::keep_alive<1, 2>(),
           "port 0 picks a free port; another host than loopback exposes the metrics. At most "
-          "max_connections at once (503 beyond); each closed request_timeout seconds after it "
-          "was accepted; request heads over max_header_bytes or max_header_count are 431.")
+          "max_connections at once, max_connections_per_client of one client address (503 "
+          "beyond; at max_connections a new client takes the place of an idle connection of "
+          "an address holding more); each closed request_timeout seconds after it was "
+          "accepted; request heads over max_header_bytes or max_header_count are 431.")
       .def_prop_ro("port", &online::MetricsServer::port)
       .def_prop_ro("host", &online::MetricsServer::host)
       .def("stop", &online::MetricsServer::stop, nb::call_guard<nb::gil_scoped_release>(),

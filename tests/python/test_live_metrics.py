@@ -128,10 +128,22 @@ def test_the_endpoint_limits_reach_python(rng):
             assert idle.recv(1) == b""
         assert http_status(server.port) == 200
         assert http_status(server.port, {f"X-{i}": "y" for i in range(8)}) == 431
+    with moestat.MetricsServer(metrics, max_connections_per_client=1,
+                               request_timeout=600) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10):
+            # This address's one place is taken; another address is served.
+            assert http_status(server.port) == 503
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10,
+                                          source_address=("127.0.0.2", 0)) as other:
+                other.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                with other.makefile("rb") as answer:
+                    assert answer.read().startswith(b"HTTP/1.1 200 ")
     with pytest.raises(moestat.Error, match="request_timeout nan s is not a positive"):
         moestat.MetricsServer(metrics, request_timeout=float("nan"))
     with pytest.raises(moestat.Error, match="max_connections 0 is not positive"):
         moestat.MetricsServer(metrics, max_connections=0)
+    with pytest.raises(moestat.Error, match="max_connections_per_client 0 is not positive"):
+        moestat.MetricsServer(metrics, max_connections_per_client=0)
 
 
 def test_values_file_and_coverage(rng, tmp_path):
