@@ -52,9 +52,11 @@ struct RouteLayout {
 
 /// The routes of tokens [first_position, first_position + num_tokens()) of one request.
 ///
-/// A token whose route a layer did not record (a prompt token served from the prefix cache,
-/// a row the recorder had no room for, a router that gave an invalid id) is not silently
-/// zero: its `valid` entry is false, and its ids are 0.
+/// A token whose route a layer did not record (a position in a gap that no pass routed, a
+/// slot never written, a row the recorder had no room for, a router that gave an invalid id)
+/// is not silently zero: its `valid` entry is false, and its ids are 0. Positions before
+/// first_position are not part of it at all (a route recorder's routes of a request start at
+/// its first routed position: a prompt prefix served from the cache is absent).
 struct RoutedExperts {
   std::string request_id;
   std::int64_t first_position = 0;  ///< Position in the request of the first token (row 0).
