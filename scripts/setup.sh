@@ -7,6 +7,9 @@
 # --with-engines also creates .venv-engines, the virtual environment of the engine tests
 # (tests/engines: a current torch, transformers and SGLang's recorder) with
 # scripts/setup_engine_venv.sh; about 1.5 min the first time, a moment once it is up to date.
+# It also builds llama.cpp (CPU backend, from PyPI's llama-cpp-python sdist) into .deps/llama.cpp
+# with scripts/setup_llama_cpp.sh, for the llama.cpp component and its tests: about 7 min on
+# 2 cores the first time, a moment once built.
 set -euo pipefail
 
 with_engines=0
@@ -65,4 +68,5 @@ fi
 
 if ((with_engines)); then
   "$(dirname "$0")/setup_engine_venv.sh"
+  "$(dirname "$0")/setup_llama_cpp.sh"
 fi
