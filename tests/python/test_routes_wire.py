@@ -96,14 +96,15 @@ def b64_npy(array, allow_pickle=False):
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def test_the_package_reexports_the_converters():
+def test_the_package_reexports_each_formats_converters():
     import moestat.routing as routing
-    import moestat.routing.wire as wire
+    from moestat.routing import megatron, sglang, slime, verl, vllm
 
-    for name in routing.__all__:
-        if name not in ("padded_batch", "bits_per_id", "pack_ids", "unpack_ids"):
-            assert getattr(routing, name) is getattr(wire, name)
+    for module in (sglang, vllm, megatron, verl, slime):
+        for name in module.__all__:
+            assert name in routing.__all__ and getattr(routing, name) is getattr(module, name)
     assert SGLANG_WIRE_DTYPES == ("int32", "uint16", "uint8")
+    assert routing.OUTPUT_BOUND == (16, 1 << 30)
 
 
 # ---------------------------------------------------------------------------------------------

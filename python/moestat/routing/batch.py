@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from .._core import Error
-from .wire import _check_output, _common_layout, _index, _per_request, _routes_list
+from ._checks import check_output, common_layout, int_arg, per_request_offsets, routes_arg
 
 
 def padded_batch(routes: Sequence, seq_len: int | None = None,
@@ -22,23 +22,22 @@ def padded_batch(routes: Sequence, seq_len: int | None = None,
       a replay leaves them to the router.
     seq_len: None for the narrowest that holds every request. Raises moestat.Error when a
     request does not fit, the routes have different layouts, or the batch would exceed
-    ``moestat.routing.wire.OUTPUT_BOUND`` (a first position or offset far past the rows);
+    ``moestat.routing.OUTPUT_BOUND`` (a first position or offset far past the rows);
     TypeError for arguments of the wrong type."""
     fn = "padded_batch"
-    routes = _routes_list(routes, fn)
-    layout = _common_layout(routes, fn)
-    offsets = [_index(offset, fn, f"offsets[{b}]", minimum=None)
-               for b, offset in enumerate(_per_request(offsets, len(routes), 0, fn, "offsets"))]
+    routes = routes_arg(routes, fn)
+    layout = common_layout(routes, fn)
+    offsets = per_request_offsets(offsets, len(routes), fn, minimum=None)
     ends = [offset + request.first_position + request.num_tokens
             for offset, request in zip(offsets, routes)]
-    seq_len = max(ends) if seq_len is None else _index(seq_len, fn, "seq_len")
+    seq_len = max(ends) if seq_len is None else int_arg(seq_len, fn, "seq_len")
     for offset, request, end in zip(offsets, routes, ends):
         if offset < 0 or end > seq_len:
             raise Error(f"{fn}: request {request.request_id!r} (positions "
                         f"{request.first_position}..{request.first_position + request.num_tokens}"
                         f" from column {offset}) does not fit {seq_len} columns")
     shape = (len(routes), seq_len, layout.num_columns, layout.top_k)
-    _check_output(fn, shape, np.int64, routes)
+    check_output(fn, shape, np.int64, routes)
     ids = np.zeros(shape, dtype=np.int64)
     valid = np.zeros(shape[:3], dtype=bool)
     for b, (offset, request, end) in enumerate(zip(offsets, routes, ends)):

@@ -9,28 +9,19 @@ device writes without read-modify-write; packing is for what leaves them.
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
 from .._core import Error
+from ._checks import int_arg
 
 # Ids are packed from and unpacked to 64-bit integers: at most 63 bits an id, so that every
 # id also fits int64.
 _MAX_EXPERTS = 1 << 63
 
 
-def _count(value, fn: str, name: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{fn}: {name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{fn}: {name} must be an int, got {type(value).__name__}") from None
-
-
 def _experts(num_experts, fn: str) -> int:
-    num_experts = _count(num_experts, fn, "num_experts")
+    num_experts = int_arg(num_experts, fn, "num_experts", minimum=None, maximum=None)
     if not 1 <= num_experts <= _MAX_EXPERTS:
         raise Error(f"{fn}: {num_experts} experts; ids are packed for 1 to 2^63 experts")
     return num_experts
@@ -71,7 +62,7 @@ def unpack_ids(packed: bytes, shape, num_experts: int, dtype=None) -> np.ndarray
     except TypeError:
         raise TypeError(f"{fn}: shape must be a sequence of ints, got "
                         f"{type(shape).__name__}") from None
-    shape = tuple(_count(size, fn, "shape") for size in sizes)
+    shape = tuple(int_arg(size, fn, "shape", minimum=None, maximum=None) for size in sizes)
     if any(size < 0 for size in shape):
         raise Error(f"{fn}: shape {list(shape)} has a negative size")
     count = math.prod(shape)
