@@ -45,6 +45,14 @@ struct GpuLoadsSince : PassRows, RecordTallies, ArrivalRange {
 /// moestat::Error unless num_gpus >= 1 divides num_physical_experts.
 std::int64_t slots_per_gpu(std::int64_t num_physical_experts, std::int64_t num_gpus);
 
+/// Rows of slot counts summed by GPU: `physical_counts` holds rows of `num_physical_experts`
+/// (a pass's layers, or passes' [n, L, P]); the result holds rows of `num_gpus`, row r's
+/// GPU g the sum of row r's slots [g * P / G, (g + 1) * P / G). Checked as slots_per_gpu, and
+/// the counts must fill whole rows.
+std::vector<std::int64_t> gpu_loads_of_counts(std::span<const std::int64_t> physical_counts,
+                                              std::int64_t num_physical_experts,
+                                              std::int64_t num_gpus);
+
 /// Per-pass balancedness as SGLang computes it: for each of the L layers of `gpu_loads`
 /// ([L, G]), (mean + 1e-5) / (max + 1e-5) of its GPU loads, averaged over all layers (a layer
 /// without load, dense ones included, scores 1).

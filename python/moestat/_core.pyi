@@ -289,6 +289,21 @@ def evaluate_placement(loads: Annotated[NDArray, dict(writable=False)], placemen
     Balance of placement under [layers, experts] loads over num_gpus GPUs: a dict of balancedness (SGLang's mean/max), balancedness_sum_ratio (vLLM's), imbalance (TensorRT-LLM's), worst_layer, worst_balancedness and layer_balancedness [L]. Layers without load are left out of the means.
     """
 
+def gpu_loads(physical_counts: Annotated[NDArray, dict(writable=False)], num_gpus: int) -> object:
+    """
+    [..., slots] counts -> [..., num_gpus] int64 loads: slot p is on GPU p / (slots / num_gpus), as SGLang and vLLM place them. Raises moestat.Error unless num_gpus divides the slots.
+    """
+
+def placement_gpu_loads(loads: Annotated[NDArray, dict(writable=False)], placement: Placement, num_gpus: int) -> object:
+    """
+    [layers, num_gpus] float64: each GPU's load under placement, an expert's load split evenly over its replicas (vLLM's rank loads).
+    """
+
+def balancedness_sum_ratio(gpu_loads: Annotated[NDArray, dict(writable=False)]) -> object:
+    """
+    vLLM's balancedness of [..., layers, gpus] loads: the sum over layers of the mean GPU load over the sum over layers of the max, 0 without load; a float for [layers, gpus], float64 [...] for more axes.
+    """
+
 def expert_gini(loads: Annotated[NDArray, dict(writable=False)]) -> float:
     """Mean over loaded layers of the Gini coefficient of the experts' loads."""
 

@@ -1,6 +1,7 @@
 #include "arrays.hpp"
 
 #include <array>
+#include <cmath>
 #include <moestat/error.hpp>
 #include <string>
 
@@ -117,6 +118,20 @@ std::vector<double> doubles_of(const AnyArray& array, std::string_view what,
     }
   }
   return values;
+}
+
+std::vector<std::int64_t> counts_of_array(const AnyArray& array, std::string_view what,
+                                          std::vector<std::int64_t>& shape) {
+  const std::vector<double> values = doubles_of(array, what, shape);
+  std::vector<std::int64_t> counts;
+  counts.reserve(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    // 2^63 bounds the conversion below, which is undefined past int64 (or for NaN).
+    MOESTAT_CHECK(values[i] >= 0 && values[i] < 0x1p63 && values[i] == std::floor(values[i]),
+                  "{}: entry {} ({}) is not a non-negative integer", what, i, values[i]);
+    counts.push_back(std::int64_t(values[i]));
+  }
+  return counts;
 }
 
 }  // namespace moestat::python

@@ -34,6 +34,15 @@ nb::object to_numpy(std::vector<T> values, std::initializer_list<std::size_t> sh
   return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape, owner));
 }
 
+/// The same for a shape known only at run time.
+template <typename T>
+nb::object to_numpy(std::vector<T> values, const std::vector<std::size_t>& shape) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned,
+                    [](void* pointer) noexcept { delete static_cast<std::vector<T>*>(pointer); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
+}
+
 /// A numpy bool array of `shape` that takes over `values` (0 or 1 each).
 nb::object to_numpy_bool(std::vector<std::uint8_t> values,
                          std::initializer_list<std::size_t> shape);
@@ -42,5 +51,10 @@ nb::object to_numpy_bool(std::vector<std::uint8_t> values,
 /// its shape; moestat::Error naming `what` otherwise.
 std::vector<double> doubles_of(const AnyArray& array, std::string_view what,
                                std::vector<std::int64_t>& shape);
+
+/// The values of a CPU array as counts (int64), row-major, with its shape; moestat::Error
+/// naming `what` and the entry when one is not a non-negative whole number below 2^63.
+std::vector<std::int64_t> counts_of_array(const AnyArray& array, std::string_view what,
+                                          std::vector<std::int64_t>& shape);
 
 }  // namespace moestat::python

@@ -3,7 +3,6 @@
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
 
-#include <cmath>
 #include <moestat/error.hpp>
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/sglang.hpp>
@@ -23,7 +22,7 @@ std::size_t size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 CountWindow counts_of(const AnyArray& array) {
   std::vector<std::int64_t> shape;
-  const std::vector<double> values = doubles_of(array, "counts", shape);
+  std::vector<std::int64_t> values = counts_of_array(array, "counts", shape);
   MOESTAT_CHECK(shape.size() == 2 || shape.size() == 3,
                 "counts: expected [layers, experts] or [passes, layers, experts], got {} axes",
                 shape.size());
@@ -32,13 +31,7 @@ CountWindow counts_of(const AnyArray& array) {
   counts.window_size = counts.has_window_axis ? shape[0] : 1;
   counts.num_layers = shape[shape.size() - 2];
   counts.num_experts = shape[shape.size() - 1];
-  counts.counts.reserve(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    // 2^63 bounds the conversion below, which is undefined past int64 (or for NaN).
-    MOESTAT_CHECK(values[i] >= 0 && values[i] < 0x1p63 && values[i] == std::floor(values[i]),
-                  "counts: entry {} ({}) is not a non-negative integer", i, values[i]);
-    counts.counts.push_back(std::int64_t(values[i]));
-  }
+  counts.counts = std::move(values);
   return counts;
 }
 

@@ -3,6 +3,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <moestat/error.hpp>
+#include <moestat/gpu_loads.hpp>
 #include <moestat/plan/advisor.hpp>
 #include <moestat/plan/eplb.hpp>
 #include <moestat/plan/hot_experts.hpp>
@@ -52,6 +53,21 @@ std::vector<plan::ExpertLoads> scenarios_of(const AnyArray& array) {
     out.back().validate();
   }
   return out;
+}
+
+/// `shape` with its last axis `last` (and as numpy wants it).
+std::vector<std::size_t> with_last_axis(const std::vector<std::int64_t>& shape, std::int64_t last) {
+  std::vector<std::size_t> out(shape.begin(), shape.end());
+  out.back() = std::size_t(last);
+  return out;
+}
+
+/// [..., L, G] GPU loads, at least two axes.
+std::vector<double> gpu_loads_array(const AnyArray& array, std::vector<std::int64_t>& shape) {
+  std::vector<double> loads = doubles_of(array, "gpu_loads", shape);
+  MOESTAT_CHECK(shape.size() >= 2, "gpu_loads: expected [..., layers, gpus], got {} axes",
+                shape.size());
+  return loads;
 }
 
 plan::EplbConfig config_of(std::int64_t num_replicas, std::int64_t num_groups,
@@ -179,6 +195,52 @@ void bind_planning(nb::module_& module) {
       "balancedness (SGLang's mean/max), balancedness_sum_ratio (vLLM's), imbalance "
       "(TensorRT-LLM's), worst_layer, worst_balancedness and layer_balancedness [L]. Layers "
       "without load are left out of the means.");
+  module.def(
+      "gpu_loads",
+      [](const AnyArray& physical_counts, std::int64_t num_gpus) {
+        std::vector<std::int64_t> shape;
+        const std::vector<std::int64_t> counts =
+            counts_of_array(physical_counts, "physical_counts", shape);
+        MOESTAT_CHECK(!shape.empty(), "physical_counts: expected [..., slots], got a scalar");
+        return to_numpy(gpu_loads_of_counts(counts, shape.back(), num_gpus),
+                        with_last_axis(shape, num_gpus));
+      },
+      "physical_counts"_a, "num_gpus"_a,
+      "[..., slots] counts -> [..., num_gpus] int64 loads: slot p is on GPU p / (slots / "
+      "num_gpus), as SGLang and vLLM place them. Raises moestat.Error unless num_gpus divides "
+      "the slots.");
+  module.def(
+      "placement_gpu_loads",
+      [](const AnyArray& loads, const Placement& placement, std::int64_t num_gpus) {
+        const plan::ExpertLoads matrix = loads_of(loads, "loads");
+        return to_numpy(plan::gpu_loads(matrix, placement, num_gpus),
+                        {std::size_t(matrix.num_layers), std::size_t(num_gpus)});
+      },
+      "loads"_a, "placement"_a, "num_gpus"_a,
+      "[layers, num_gpus] float64: each GPU's load under placement, an expert's load split "
+      "evenly over its replicas (vLLM's rank loads).");
+  module.def(
+      "balancedness_sum_ratio",
+      [](const AnyArray& gpu_loads) -> nb::object {
+        std::vector<std::int64_t> shape;
+        const std::vector<double> loads = gpu_loads_array(gpu_loads, shape);
+        const std::int64_t num_gpus = shape.back();
+        const std::int64_t pass_size = shape[shape.size() - 2] * num_gpus;
+        MOESTAT_CHECK(pass_size > 0, "gpu_loads: no layer or no GPU (shape ends {} x {})",
+                      shape[shape.size() - 2], num_gpus);
+        std::vector<double> values;
+        for (std::size_t first = 0; first < loads.size(); first += std::size_t(pass_size)) {
+          values.push_back(plan::balancedness_sum_ratio(
+              std::span(loads).subspan(first, std::size_t(pass_size)), num_gpus));
+        }
+        if (shape.size() == 2) return nb::float_(values.front());
+        return to_numpy(std::move(values),
+                        std::vector<std::size_t>(shape.begin(), shape.end() - 2));
+      },
+      "gpu_loads"_a,
+      "vLLM's balancedness of [..., layers, gpus] loads: the sum over layers of the mean GPU "
+      "load over the sum over layers of the max, 0 without load; a float for [layers, gpus], "
+      "float64 [...] for more axes.");
   module.def(
       "expert_gini",
       [](const AnyArray& loads) { return plan::mean_expert_gini(loads_of(loads, "loads")); },

@@ -22,6 +22,27 @@ std::int64_t slots_per_gpu(std::int64_t num_physical_experts, std::int64_t num_g
   return num_physical_experts / num_gpus;
 }
 
+std::vector<std::int64_t> gpu_loads_of_counts(std::span<const std::int64_t> physical_counts,
+                                              std::int64_t num_physical_experts,
+                                              std::int64_t num_gpus) {
+  const std::int64_t gpu_slots = slots_per_gpu(num_physical_experts, num_gpus);
+  MOESTAT_CHECK(
+      num_physical_experts > 0 && physical_counts.size() % std::size_t(num_physical_experts) == 0,
+      "GPU loads: {} counts do not fill rows of {} slots", physical_counts.size(),
+      num_physical_experts);
+  const std::size_t num_rows = physical_counts.size() / std::size_t(num_physical_experts);
+  std::vector<std::int64_t> loads(num_rows * std::size_t(num_gpus), 0);
+  for (std::size_t row = 0; row < num_rows; ++row) {
+    const std::int64_t* counts = physical_counts.data() + row * std::size_t(num_physical_experts);
+    std::int64_t* row_loads = loads.data() + row * std::size_t(num_gpus);
+    for (std::int64_t slot = 0; slot < num_physical_experts; ++slot) {
+      std::int64_t& load = row_loads[slot / gpu_slots];
+      load = checked_add(load, counts[slot], "a GPU load");
+    }
+  }
+  return loads;
+}
+
 double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t num_gpus) {
   MOESTAT_CHECK(num_gpus > 0 && gpu_loads.size() % std::size_t(num_gpus) == 0,
                 "pass balancedness: {} GPU loads do not fill rows of {} GPUs", gpu_loads.size(),
@@ -42,8 +63,6 @@ double pass_balancedness(std::span<const std::int64_t> gpu_loads, std::int64_t n
 }
 
 GpuLoadsSince gpu_loads_of(const PassesSince& passes, std::int64_t num_gpus) {
-  const std::int64_t num_slots = passes.num_physical_experts;
-  const std::int64_t gpu_slots = slots_per_gpu(num_slots, num_gpus);
   const std::int64_t num_layers = passes.num_layers;
   GpuLoadsSince out;
   out.num_layers = num_layers;
@@ -53,18 +72,12 @@ GpuLoadsSince gpu_loads_of(const PassesSince& passes, std::int64_t num_gpus) {
   out.pass_rows() = passes.pass_rows();
   out.tallies() = passes.tallies();
 
-  const std::int64_t pass_loads = num_layers * num_gpus;
-  out.gpu_loads.assign(std::size_t(passes.size() * pass_loads), 0);
+  out.gpu_loads =
+      gpu_loads_of_counts(passes.physical_counts, passes.num_physical_experts, num_gpus);
+  const std::size_t pass_loads = std::size_t(num_layers * num_gpus);
   for (std::int64_t pass = 0; pass < passes.size(); ++pass) {
-    const std::int64_t* counts = passes.physical_counts.data() + pass * num_layers * num_slots;
-    std::int64_t* loads = out.gpu_loads.data() + pass * pass_loads;
-    for (std::int64_t layer = 0; layer < num_layers; ++layer) {
-      for (std::int64_t slot = 0; slot < num_slots; ++slot) {
-        loads[layer * num_gpus + slot / gpu_slots] += counts[layer * num_slots + slot];
-      }
-    }
-    out.balancedness.push_back(
-        pass_balancedness(std::span(loads, std::size_t(pass_loads)), num_gpus));
+    out.balancedness.push_back(pass_balancedness(
+        std::span(out.gpu_loads).subspan(std::size_t(pass) * pass_loads, pass_loads), num_gpus));
   }
 
   const std::size_t logical_size = std::size_t(num_layers * passes.num_logical_experts);

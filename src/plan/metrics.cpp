@@ -37,12 +37,25 @@ double layer_balancedness(std::span<const double> loads) {
   return std::accumulate(loads.begin(), loads.end(), 0.0) / double(loads.size()) / max;
 }
 
+double balancedness_sum_ratio(std::span<const double> gpu_loads, std::int64_t num_gpus) {
+  MOESTAT_CHECK(num_gpus > 0 && gpu_loads.size() % std::size_t(num_gpus) == 0,
+                "balancedness: {} GPU loads do not fill rows of {} GPUs", gpu_loads.size(),
+                num_gpus);
+  double sum_means = 0.0, sum_maxes = 0.0;
+  for (std::size_t first = 0; first < gpu_loads.size(); first += std::size_t(num_gpus)) {
+    const std::span<const double> row = gpu_loads.subspan(first, std::size_t(num_gpus));
+    sum_means += std::accumulate(row.begin(), row.end(), 0.0) / double(num_gpus);
+    sum_maxes += *std::max_element(row.begin(), row.end());
+  }
+  return sum_maxes > 0.0 ? sum_means / sum_maxes : 0.0;
+}
+
 BalanceReport evaluate_placement(const ExpertLoads& loads, const Placement& placement,
                                  std::int64_t num_gpus) {
   const std::vector<double> per_gpu = gpu_loads(loads, placement, num_gpus);
   BalanceReport report;
   report.layer_balancedness.assign(std::size_t(loads.num_layers), 1.0);
-  double sum_ratio = 0.0, sum_imbalance = 0.0, sum_means = 0.0, sum_maxes = 0.0;
+  double sum_ratio = 0.0, sum_imbalance = 0.0;
   for (std::int64_t layer = 0; layer < loads.num_layers; ++layer) {
     const std::span<const double> row(per_gpu.data() + layer * num_gpus, std::size_t(num_gpus));
     const double max = *std::max_element(row.begin(), row.end());
@@ -53,8 +66,6 @@ BalanceReport evaluate_placement(const ExpertLoads& loads, const Placement& plac
     ++report.num_loaded_layers;
     sum_ratio += ratio;
     sum_imbalance += (max - mean) / mean;
-    sum_means += mean;
-    sum_maxes += max;
     if (report.worst_layer < 0 || ratio < report.worst_balancedness) {
       report.worst_layer = layer;
       report.worst_balancedness = ratio;
@@ -63,7 +74,7 @@ BalanceReport evaluate_placement(const ExpertLoads& loads, const Placement& plac
   if (report.num_loaded_layers > 0) {
     const auto n = double(report.num_loaded_layers);
     report.balancedness = sum_ratio / n;
-    report.balancedness_sum_ratio = sum_means / sum_maxes;
+    report.balancedness_sum_ratio = balancedness_sum_ratio(per_gpu, num_gpus);
     report.imbalance = sum_imbalance / n;
   }
   return report;

@@ -28,6 +28,16 @@ TEST_F(MetricsTest, GpuLoadsSplitAnExpertEvenlyOverItsReplicas) {
   EXPECT_EQ(gpu, (std::vector<double>{0, 0, 0, 3, 4, 3, 3, 0, 3}));
 }
 
+TEST(BalancednessSumRatio, IsVllmsRatioOfSumsAndZeroWithoutLoad) {
+  // Layers [1, 3] and [2, 2] on 2 GPUs: means 2 + 2 over maxes 3 + 2.
+  EXPECT_DOUBLE_EQ(plan::balancedness_sum_ratio(std::vector<double>{1, 3, 2, 2}, 2), 4.0 / 5.0);
+  EXPECT_EQ(plan::balancedness_sum_ratio(std::vector<double>{0, 0, 0, 0}, 2), 0.0);
+  EXPECT_EQ(plan::balancedness_sum_ratio(std::vector<double>{}, 2), 0.0);
+  EXPECT_MOESTAT_ERROR(plan::balancedness_sum_ratio(std::vector<double>{1, 2, 3}, 2),
+                       "3 GPU loads do not fill rows of 2 GPUs");
+  EXPECT_MOESTAT_ERROR(plan::balancedness_sum_ratio(std::vector<double>{1}, 0), "rows of 0 GPUs");
+}
+
 TEST_F(MetricsTest, BalanceReportSkipsLayersWithoutLoad) {
   const plan::BalanceReport r = plan::evaluate_placement(loads, placement, 3);
   EXPECT_EQ(r.num_loaded_layers, 2);

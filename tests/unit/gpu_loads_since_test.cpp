@@ -117,6 +117,19 @@ TEST(GpuLoadsSince, EqualsARecomputationFromPassesSince) {
   EXPECT_EQ(reads[0].next_arrival(), 7);
 }
 
+TEST(GpuLoadsOfCounts, SumsEachRowsSlotsByGpuInOrder) {
+  // Two rows of 6 slots on 3 GPUs of 2 slots each.
+  const std::vector<std::int64_t> counts = {1, 2, 3, 4, 5, 6, 0, 0, 7, 0, 0, 9};
+  EXPECT_EQ(gpu_loads_of_counts(counts, 6, 3), (std::vector<std::int64_t>{3, 7, 11, 0, 7, 9}));
+  EXPECT_EQ(gpu_loads_of_counts(counts, 6, 1), (std::vector<std::int64_t>{21, 16}));
+  EXPECT_EQ(gpu_loads_of_counts(counts, 6, 6), counts);
+  EXPECT_MOESTAT_ERROR(gpu_loads_of_counts(counts, 6, 4),
+                       "4 GPUs cannot share 6 physical expert slots evenly");
+  EXPECT_MOESTAT_ERROR(gpu_loads_of_counts(counts, 5, 1), "12 counts do not fill rows of 5 slots");
+  const std::vector<std::int64_t> huge = {std::int64_t(1) << 62, std::int64_t(1) << 62};
+  EXPECT_MOESTAT_ERROR(gpu_loads_of_counts(huge, 2, 1), "a GPU load");
+}
+
 TEST(GpuLoadsSince, HandCounts) {
   CpuRecorder recorder(topology(), {.mode = RecordMode::kPerPass});
   recorder.start();

@@ -22,13 +22,18 @@ std::vector<double> gpu_loads(const ExpertLoads& loads, const Placement& placeme
 /// One layer's GPU loads `[num_gpus]`: mean / max (1 for an empty layer).
 double layer_balancedness(std::span<const double> gpu_loads_of_layer);
 
+/// vLLM's balancedness of GPU loads `[L, num_gpus]` (or of one pass of them): the sum over
+/// layers of the mean GPU load over the sum over layers of the max GPU load; 0 without load,
+/// as vLLM logs it. moestat::Error unless the loads fill rows of num_gpus >= 1.
+double balancedness_sum_ratio(std::span<const double> gpu_loads, std::int64_t num_gpus);
+
 /// The balance of one placement under one load. Layers without load (dense layers) are
 /// left out of every mean, unlike SGLang's metric, which scores them 1.
 struct BalanceReport {
   std::int64_t num_loaded_layers = 0;
   /// Mean over loaded layers of mean GPU load / max GPU load (SGLang's, without the 1e-5).
   double balancedness = 1.0;
-  /// Sum over loaded layers of mean GPU load / sum of max GPU load (vLLM's).
+  /// balancedness_sum_ratio of the GPU loads (vLLM's), 1 without a loaded layer.
   double balancedness_sum_ratio = 1.0;
   /// Mean over loaded layers of (max - mean) / mean GPU load (TensorRT-LLM's imbalance).
   double imbalance = 0.0;
