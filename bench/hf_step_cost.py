@@ -108,7 +108,7 @@ class SglangStyleRecording:
 
     def _hook_for(self, layer):
         def record(router, args, output):
-            ids = output[moestat_hf._TOP_K_IDS].flatten()
+            ids = output[moestat_hf.TOP_K_IDS].flatten()
             real = ids != -1
             self.counts[layer].scatter_add_(0, ids.masked_fill(~real, 0).long(), real.int())
         return record
@@ -135,7 +135,7 @@ class IdsKeptOnly(ForwardHooks):
         self._kept = []
 
     def _on_router(self, layer, router, args, output):
-        self._kept.append(output[moestat_hf._TOP_K_IDS])
+        self._kept.append(output[moestat_hf.TOP_K_IDS])
 
     def _end_pass(self, model, args, output):
         self._kept = []

@@ -69,7 +69,7 @@ class KeptRouterIds:
 
     def _hook_for(self, layer):
         def keep(router, args, output):
-            self.ids[layer] = output[moestat_hf._TOP_K_IDS]
+            self.ids[layer] = output[moestat_hf.TOP_K_IDS]
         return keep
 
     def remove(self):
@@ -144,7 +144,7 @@ class SglangStyleCapture:
 
         def hook_for(layer):
             def capture(router, args, output):
-                ids = output[moestat_hf._TOP_K_IDS]
+                ids = output[moestat_hf.TOP_K_IDS]
                 device_cache[:ids.shape[0], layer, :] = ids
             return capture
         return [router.register_forward_hook(hook_for(layer))

@@ -25,6 +25,7 @@ import torch
 import transformers
 
 import moestat
+from moestat.engines.devices import make_recorder
 from moestat.integrations import transformers as moestat_hf
 
 
@@ -98,20 +99,12 @@ def prompt_batches(arguments, model, tokenizer):
         yield ids.to(model.device), torch.ones_like(ids, device=model.device)
 
 
-def make_recorder(model, device: str) -> moestat.Recorder:
-    topology = moestat_hf.topology_from_config(model.config)
-    if torch.device(device).type == "cuda":
-        recorder = moestat.CudaRecorder(topology, window_size=-1)
-    else:
-        recorder = moestat.CpuRecorder(topology, window_size=-1)
-    recorder.start()
-    return recorder
-
-
 def record(arguments):
     """(the snapshot of every pass, the model's topology)."""
     model, tokenizer = load_model(arguments)
-    recorder = make_recorder(model, arguments.device)
+    recorder = make_recorder(moestat_hf.topology_from_config(model.config), arguments.device,
+                             window_size=-1)
+    recorder.start()
     pad_token_id = tokenizer.pad_token_id if tokenizer is not None else 0
     with torch.no_grad(), moestat_hf.attach(model, recorder):
         for input_ids, attention_mask in prompt_batches(arguments, model, tokenizer):

@@ -48,7 +48,8 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from ._core import Error, Recorder
-from .pass_ids import PassIds
+from .engines.devices import StreamFollower
+from .engines.passes import PassIds
 
 
 # The most bytes of ids a pass keeps before counting them (a prefill of 32768 tokens of
@@ -57,14 +58,15 @@ MAX_KEPT_BYTES = 64 << 20
 
 
 class _Registration:
-    """A recorder, the ids its passes open under (moestat.pass_ids), and the layers the open
-    pass keeps to count at its end."""
+    """A recorder, the stream its work goes to, the ids its passes open under
+    (moestat.engines.passes), and the layers the open pass keeps to count at its end."""
 
-    __slots__ = ("recorder", "pass_ids", "kept_layers", "kept_ids", "kept_valid",
+    __slots__ = ("recorder", "stream", "pass_ids", "kept_layers", "kept_ids", "kept_valid",
                  "kept_bytes")
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
+        self.stream = StreamFollower(recorder)
         self.pass_ids = PassIds()
         self.forget_kept()
 
@@ -153,10 +155,10 @@ def abort_pass(token: torch.Tensor, recorder_id: int) -> None:
 def _registered(recorder_id: int, token: torch.Tensor) -> _Registration:
     """The registration, its recorder set to the stream that runs the calling op."""
     registration = _lookup(recorder_id)
-    if token.is_cuda and hasattr(registration.recorder, "set_stream"):
+    if token.is_cuda:
         # Whatever stream runs the op (graph capture runs on a side stream) is the one the
         # recorder's kernels must go to.
-        registration.recorder.set_stream(torch.cuda.current_stream(token.device).cuda_stream)
+        registration.stream.follow(token.device)
     return registration
 
 

@@ -618,7 +618,7 @@ def test_global_capturer_without_and_with_sglang(sglang, monkeypatch):
 
 
 def test_install_makes_sglangs_create_build_moestats(sglang, monkeypatch):
-    monkeypatch.setitem(sys.modules, moestat_routed.SGLANG_CAPTURER_MODULE, sglang.module)
+    monkeypatch.setitem(sys.modules, moestat_install.SGLANG_CAPTURER_MODULE, sglang.module)
     monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", _runtime_context())
     # (The recorder's module stays away: its install() is test_sglang_install.py's.)
     monkeypatch.delitem(sys.modules, moestat_install.SGLANG_RECORDER_MODULE, raising=False)
@@ -627,7 +627,7 @@ def test_install_makes_sglangs_create_build_moestats(sglang, monkeypatch):
     original = cls.__dict__["create"]
     try:
         moestat_install.install_on_import(routed_experts=True)
-        moestat_routed.install()  # idempotent
+        moestat_install.install_routed_experts()  # idempotent
         arguments = dict(model=_Model(), model_config=_model_config(), num_tokens=NUM_TOKENS,
                          max_running_requests=MAX_RUNNING_REQUESTS)
         made = cls.create(**arguments, device="cpu")
@@ -644,17 +644,17 @@ def test_install_makes_sglangs_create_build_moestats(sglang, monkeypatch):
 
 def test_install_on_import_waits_for_sglangs_module(monkeypatch):
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.delitem(sys.modules, moestat_routed.SGLANG_CAPTURER_MODULE, raising=False)
+    monkeypatch.delitem(sys.modules, moestat_install.SGLANG_CAPTURER_MODULE, raising=False)
     monkeypatch.delitem(sys.modules, moestat_install.SGLANG_RECORDER_MODULE, raising=False)
     monkeypatch.delenv(moestat_install.ROUTED_EXPERTS_ENV, raising=False)
     moestat_install.install_on_import()
     names = [getattr(f, "name", None) for f in sys.meta_path]
-    assert moestat_routed.SGLANG_CAPTURER_MODULE not in names  # off unless asked
+    assert moestat_install.SGLANG_CAPTURER_MODULE not in names  # off unless asked
     monkeypatch.setenv(moestat_install.ROUTED_EXPERTS_ENV, "1")
     moestat_install.install_on_import()
     moestat_install.install_on_import()
     names = [getattr(f, "name", None) for f in sys.meta_path]
-    assert names.count(moestat_routed.SGLANG_CAPTURER_MODULE) == 1
+    assert names.count(moestat_install.SGLANG_CAPTURER_MODULE) == 1
 
 
 # ---------------------------------------------------------------------------------------------

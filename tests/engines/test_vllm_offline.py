@@ -35,7 +35,8 @@ BUILD_TREE_CLI = pathlib.Path(moestat.__file__).parents[2] / "moestat"
 @pytest.fixture(autouse=True)
 def no_faults_yet(monkeypatch):
     """Every test starts with no fault counted and no window number taken."""
-    monkeypatch.setattr(offline, "_faults", offline.collections.Counter())
+    monkeypatch.setattr(offline, "_faults", offline.Faults(
+        offline.logger, "moestat.vllm.offline.faults()", logging.WARNING))
     monkeypatch.setattr(offline, "_next_number", {})
 
 

@@ -31,12 +31,6 @@ import moestat
 from moestat.vllm import recording
 
 
-@pytest.fixture(autouse=True)
-def no_faults_yet(monkeypatch):
-    """recording.faults() of this test alone (the counts are the process's)."""
-    monkeypatch.setattr(recording, "_faults", recording.collections.Counter())
-
-
 def new_recorder(model, **kwargs):
     recorder = moestat.CpuRecorder(recording.topology_from_model(model, NUM_LAYERS, **kwargs))
     recorder.start()
@@ -148,8 +142,8 @@ def test_without_eplb_the_forward_contexts_padding_rows_are_left_out(compiled):
 def recording_gathered_rows(monkeypatch, communicator):
     """A model whose MoE layers dispatch naively, attached to a started CpuRecorder, with
     vLLM's expert-parallel group standing in as get_ep_group() (its device_communicator:
-    communicator). Yields (model, recorder); the rows the model routes stand for gathered
-    ones."""
+    communicator). Yields (model, recorder, handle); the rows the model routes stand for
+    gathered ones."""
     from vllm.distributed import parallel_state
 
     group = types.SimpleNamespace(device_communicator=communicator)
@@ -158,10 +152,10 @@ def recording_gathered_rows(monkeypatch, communicator):
     for moe in model.moe().values():
         moe.do_naive_dispatch_combine = True  # what recording reads of vLLM's MoERunner
     recorder = new_recorder(model)
-    with torch.no_grad(), recording.attach(model, recorder):
+    with torch.no_grad(), recording.attach(model, recorder) as handle:
         for moe in model.moe().values():  # route the rows given, without vLLM's dispatcher
             moe.do_naive_dispatch_combine = False
-        yield model, recorder
+        yield model, recorder, handle
 
 
 def stand_in_dispatcher(rank_in_group, get_sizes):
@@ -179,7 +173,7 @@ def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_fin
     # dispatcher over two processes). Here a stand-in dispatcher: rank 1 of [3, 4] rows.
     rng = torch.Generator().manual_seed(4)
     communicator = stand_in_dispatcher(1, lambda rows, group: [3, 4])
-    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder):
+    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder, handle):
         model(torch.randn(7, HIDDEN, generator=rng))
         with caplog.at_level("ERROR", logger=recording.__name__):
             model(torch.randn(5, HIDDEN, generator=rng))  # not the 7 rows the sizes gather
@@ -187,11 +181,11 @@ def test_under_naive_dispatch_a_rank_counts_its_chunk_and_a_gather_it_cannot_fin
     counts = recorder.snapshot().logical_counts
     np.testing.assert_array_equal(counts[0], tally(model, 0, 4, first=3))
     assert counts[1:].sum() == 0  # nothing of rows that are not what was gathered
-    assert recording.faults() == {"gathered_rows": 2 * len(MOE_LAYERS)}  # never raised
+    assert handle.faults == {"gathered_rows": 2 * len(MOE_LAYERS)}  # never raised
     assert [record.getMessage() for record in caplog.records] == [
         "moestat: a router of gathered rows has 5 rows, but vLLM's dispatcher gathered [3, 4] "
         "over its group: the rows are not counted (logged once; "
-        "moestat.vllm.recording.faults() counts them)"]
+        "RecordingHandle.faults['gathered_rows'] counts them)"]
 
 
 def _no_sizes(rows, group):
@@ -204,10 +198,10 @@ def _no_sizes(rows, group):
 ], ids=["no_all_to_all_manager", "no_sizes"])
 def test_a_naive_dispatch_whose_gather_cannot_be_found_is_a_fault(monkeypatch, communicator,
                                                                   kind):
-    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder):
+    with recording_gathered_rows(monkeypatch, communicator) as (model, recorder, handle):
         model(torch.randn(4, HIDDEN))  # goes on; nothing of the MoE layers counted
     assert recorder.snapshot().logical_counts.sum() == 0
-    assert recording.faults() == {kind: len(MOE_LAYERS)}
+    assert handle.faults == {kind: len(MOE_LAYERS)}
 
 
 def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(caplog):
@@ -218,11 +212,11 @@ def test_what_the_recorder_refuses_inside_a_forward_is_a_fault_not_an_exception(
         with recording.attach(model, recorder) as handle:
             # what a compiled forward's op counts at once, here with no pass open
             for _ in range(2):
-                torch.ops.moestat_vllm.record_topk(handle._token, handle._recorder_id, 1,
+                torch.ops.moestat_vllm.record_topk(handle.token, handle.recorder_id, 1,
                                                    torch.zeros(2, TOP_K, dtype=torch.int32))
             handle.begin_pass()  # a pass already open when the forward's own begins
             model(torch.randn(4, HIDDEN, generator=rng))
-    assert recording.faults() == {"record_topk": 2, "begin_pass": 1}
+    assert handle.faults == {"record_topk": 2, "begin_pass": 1}
     messages = [record.getMessage() for record in caplog.records]
     assert len(messages) == 2 and "outside a pass" in messages[0], messages  # once per kind
     # the forward went on, into the pass that was open
@@ -239,7 +233,7 @@ def test_a_pass_closed_before_the_forward_ends_is_a_fault_at_its_end(caplog):
             closing = model.register_forward_pre_hook(lambda module, args: handle.end_pass())
             model(torch.randn(4, HIDDEN, generator=rng))
             # the eager capture keeps its layers for the pass's end, which refuses them
-            assert recording.faults() == {"end_pass": 1}
+            assert handle.faults == {"end_pass": 1}
             closing.remove()
             model(torch.randn(4, HIDDEN, generator=rng))  # the next pass records as before
     messages = [record.getMessage() for record in caplog.records]

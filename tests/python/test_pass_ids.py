@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import moestat
-from moestat.pass_ids import PassIds
+from moestat.engines.passes import PassIds
 
 
 def test_passes_are_filed_under_consecutive_ids_aborted_ones_included():

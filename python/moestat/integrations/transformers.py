@@ -24,7 +24,9 @@ import re
 import torch
 
 from .. import torch_ops
-from .._core import CpuRecorder, Error, ModelTopology, Recorder
+from .._core import Error, ModelTopology, Recorder
+from ..engines.devices import check_recorder_device, device_of
+from ..engines.topology import check_routers
 from .forward_hooks import ForwardHooks, forward_inputs
 from .transformers_versions import check_transformers_version
 
@@ -38,7 +40,7 @@ SUPPORTED_ROUTERS = frozenset({
     "Qwen2MoeTopKRouter",
     "Qwen3MoeTopKRouter",
 })
-_TOP_K_IDS = 2  # position of the ids in a router's output
+TOP_K_IDS = 2  # position of the ids in a router's output
 
 # The decoder layer a module sits in: transformers names them <prefix>.layers.<index>.
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -114,7 +116,7 @@ class RecordingHandle(ForwardHooks):
         self.recorder = recorder
         self.layers = sorted(routers)
         self._recorder_id = torch_ops.register(recorder)
-        self._token = torch_ops.ordering_token(_device_of(model))
+        self._token = torch_ops.ordering_token(device_of(model))
         # Per forward with padding: (the token rows, real ones first; how many are real).
         self._real_rows_first = None
         self._pass_open = False  # between the first router's hook and the last one's
@@ -131,7 +133,7 @@ class RecordingHandle(ForwardHooks):
         if layer == self.layers[0]:
             torch_ops.begin_pass(self._token, self._recorder_id)
             self._pass_open = True
-        self._record(layer, output[_TOP_K_IDS])
+        self._record(layer, output[TOP_K_IDS])
         if layer == self.layers[-1]:
             self._pass_open = False
             torch_ops.end_pass(self._token, self._recorder_id)
@@ -164,34 +166,9 @@ def attach(model: torch.nn.Module, recorder: Recorder) -> RecordingHandle:
     counted. recorder's topology must match the model (topology_from_config builds it);
     CpuRecorder for a model on the CPU, CudaRecorder for one on a GPU."""
     routers = find_routers(model)
-    _check_topology(model, recorder.topology, routers)
-    if isinstance(recorder, CpuRecorder) and _device_of(model).type != "cpu":
-        raise Error(f"{type(model).__name__} is on {_device_of(model)}: record it with "
-                    "moestat.CudaRecorder (CpuRecorder reads host memory)")
+    check_routers(model, recorder.topology, routers)
+    check_recorder_device(recorder, device_of(model), type(model).__name__)
     return RecordingHandle(model, recorder, routers)
-
-
-def _check_topology(model, topology: ModelTopology, routers: dict,
-                    experts_attribute: str = "num_experts") -> None:
-    """Raises moestat.Error unless the routers sit in topology's MoE layers and each has its
-    experts (the router's `experts_attribute`) and top_k."""
-    name = type(model).__name__
-    router_layers = sorted(routers)
-    topology_layers = [layer for layer, moe in enumerate(topology.moe_layers) if moe]
-    if router_layers != topology_layers:
-        raise Error(f"{name}: routers in decoder layers {router_layers}, but the recorder's "
-                    f"topology has MoE layers {topology_layers}")
-    for layer, router in routers.items():
-        for attribute, expected in ((experts_attribute, topology.num_logical_experts),
-                                    ("top_k", topology.top_k)):
-            actual = getattr(router, attribute, expected)
-            if actual != expected:
-                raise Error(f"{name}: layer {layer}'s router has {attribute}={actual}, the "
-                            f"recorder's topology {expected}")
-
-
-def _device_of(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def _real_rows_first(args, kwargs):

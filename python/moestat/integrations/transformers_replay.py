@@ -31,7 +31,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .._core import Error
-from .transformers import _device_of, find_routers
+from ..engines.devices import device_of
+from .transformers import find_routers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +112,7 @@ class ReplayHandle:
         self._routers = [routers[layer] for layer in self.layers]
         self.num_experts = _same_in_every_router(model, routers, "num_experts")
         self.top_k = _same_in_every_router(model, routers, "top_k")
-        self._device = _device_of(model)
+        self._device = device_of(model)
         # The routes, in buffers that set_routes() copies into while the token count stays,
         # so a captured CUDA graph reads the new ones: [layers, tokens, top_k] ids (int16, or
         # int32 past 32767 experts: a quarter of int64's memory, widened per layer in the

@@ -28,6 +28,8 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from .._core import Error, RouteRecorder
+from ..engines.devices import StreamFollower, check_recorder_device, device_of
+from ..engines.topology import check_routers
 from . import transformers as moestat_hf
 from .forward_hooks import ForwardHooks, forward_inputs
 
@@ -42,6 +44,7 @@ class RouteCapture(ForwardHooks):
         self._next_position = np.zeros(len(self.request_ids), dtype=np.int64)
         self._kept = []     # (layer, top-k ids) of the open pass
         self._rows = None   # the open pass's (mask, tokens) or None
+        self._stream = StreamFollower(recorder)
         super().__init__(model, routers)
 
     def take(self) -> dict:
@@ -60,8 +63,8 @@ class RouteCapture(ForwardHooks):
             raise Error(f"{type(model).__name__}: a batch of {tokens.shape[0]} sequences, but "
                         f"{len(self.request_ids)} request ids")
         self._kept = []
-        if tokens.is_cuda and hasattr(self.recorder, "set_stream"):
-            self.recorder.set_stream(torch.cuda.current_stream(tokens.device).cuda_stream)
+        if tokens.is_cuda:
+            self._stream.follow(tokens.device)
         self.recorder.begin_pass()
         # Set once the pass is open: the end hook closes only a pass this hook opened.
         self._rows = (mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None,
@@ -69,7 +72,7 @@ class RouteCapture(ForwardHooks):
 
     def _on_router(self, layer, router, args, output):
         # Recorded at the pass's end, in one call: the ids are router outputs nothing changes.
-        self._kept.append((layer, output[moestat_hf._TOP_K_IDS]))
+        self._kept.append((layer, output[moestat_hf.TOP_K_IDS]))
 
     def _end_pass(self, model, args, output):
         kept, self._kept = self._kept, []
@@ -119,12 +122,9 @@ def capture(model: torch.nn.Module, recorder: RouteRecorder, request_ids) -> Rou
     (moestat_hf.topology_from_config builds it); CpuRouteRecorder for a model on the CPU,
     CudaRouteRecorder for one on a GPU, with max_tokens_per_pass at least batch x sequence."""
     routers = moestat_hf.find_routers(model)
-    moestat_hf._check_topology(model, recorder.topology, routers)
+    check_routers(model, recorder.topology, routers)
     request_ids = [str(request) for request in request_ids]
     if len(set(request_ids)) != len(request_ids):
         raise Error("route capture: request ids must be distinct")
-    on_cpu = moestat_hf._device_of(model).type == "cpu"
-    if on_cpu != (type(recorder).__name__ == "CpuRouteRecorder"):
-        raise Error(f"{type(model).__name__} is on {moestat_hf._device_of(model)}: capture it "
-                    f"with moestat.{'CpuRouteRecorder' if on_cpu else 'CudaRouteRecorder'}")
+    check_recorder_device(recorder, device_of(model), type(model).__name__)
     return RouteCapture(model, recorder, request_ids, routers)

@@ -14,6 +14,7 @@ import sys
 from typing import Optional
 
 MODES = ("stat", "stat_approx", "per_pass", "per_token")
+RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 BALANCEDNESS_REPORT_MODES = ("off", "server_log", "prometheus", "both")
 
 
@@ -94,7 +95,7 @@ class RecorderConfig:
         unknown = set(overrides) - {field.name for field in dataclasses.fields(cls)}
         if unknown:
             raise TypeError(f"unknown recorder settings: {', '.join(sorted(unknown))}")
-        context = sys.modules.get("sglang.srt.runtime_context")
+        context = runtime_context()
         if context is None:
             return cls(**overrides)
 
@@ -120,3 +121,21 @@ class RecorderConfig:
 def _name(setting) -> str:
     """An SGLang setting as its plain string (some are enums whose value is the string)."""
     return str(getattr(setting, "value", setting))
+
+
+def runtime_context():
+    """SGLang's runtime context (its settings and resources) when SGLang runs in this process,
+    else None. Never imports SGLang: that would start its whole server stack."""
+    return sys.modules.get(RUNTIME_CONTEXT)
+
+
+def sglang_setting(read, default):
+    """``read(runtime context)`` where SGLang runs in this process, else ``default`` (also
+    where this SGLang has no such setting)."""
+    context = runtime_context()
+    if context is None:
+        return default
+    try:
+        return read(context)
+    except AttributeError:
+        return default

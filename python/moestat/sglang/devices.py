@@ -14,6 +14,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from .. import _core
+from ..engines.devices import StreamFollower, cuda_index, make_recorder
 
 # SGLang's per-token buffer width: traces hold 8 columns whatever the model's top-k.
 PER_TOKEN_COLUMNS = 8
@@ -34,13 +35,9 @@ def make_device(config, metadata, *, on_host: bool):
     options = dict(mode=config.mode, window_size=window,
                    per_token_capacity=config.per_token_capacity)
     if on_host or not config.device.startswith("cuda"):
-        return CpuDevice(_core.CpuRecorder(topology, **options), metadata)
-    if not _core.has_cuda:
-        raise RuntimeError(f"device {config.device!r}: this moestat was built without the "
-                           "CUDA recorder")
-    device = torch.device(config.device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return CudaDevice(_core.CudaRecorder(topology, device=index, **options), index)
+        return CpuDevice(make_recorder(topology, "cpu", **options), metadata)
+    return CudaDevice(make_recorder(topology, config.device, **options),
+                      cuda_index(config.device))
 
 
 class CpuDevice:
@@ -103,19 +100,13 @@ class CudaDevice:
     def __init__(self, recorder, index: int):
         self.recorder = recorder
         self._index = index
-        self._stream = None
+        # The engine may run a layer on another stream (two-batch overlap): count on the
+        # stream its ids are produced on.
+        self.use_current_stream = StreamFollower(recorder).follow
         self._count_rows = {}  # layer -> the recorder's row, as a tensor
 
     def is_capturing(self) -> bool:
         return torch.cuda.is_current_stream_capturing()
-
-    def use_current_stream(self):
-        # The engine may run a layer on another stream (two-batch overlap): count on the
-        # stream its ids are produced on.
-        stream = torch.cuda.current_stream().cuda_stream
-        if stream != self._stream:
-            self.recorder.set_stream(stream)
-            self._stream = stream
 
     def settle(self):
         """Waits for the passes already enqueued. The device takes control at the next pass

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed
 
+from ..engines.ranks import sum_over_ranks
 from . import balancedness
 
 logger = logging.getLogger(__name__)
@@ -28,9 +28,11 @@ logger = logging.getLogger(__name__)
 GATHERER_KEY = "primary"  # SGLang's only single-pass gatherer key
 
 
-def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, device, contributes):
+def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, device, adds):
     """The stat dump dict of ``snapshot``: the last of the ``num_passes`` passes recorded since
-    the last reset, oldest first; the first of them goes to ring row ``ring_start``."""
+    the last reset, oldest first; the first of them goes to ring row ``ring_start``. Summed
+    over the default group's ranks, as SGLang (``adds``: whether this rank's counts join the
+    sum, moestat.engines.ranks)."""
     logical = torch.from_numpy(snapshot.logical_counts)
     kept = logical if config.buffer_size < 0 else logical[-config.buffer_size:]
     if config.buffer_size < 0:
@@ -40,13 +42,13 @@ def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, devic
         first = num_passes - kept.shape[0]
         rows = (ring_start + first + torch.arange(kept.shape[0])) % config.buffer_size
         logical_count[rows] = kept.to(torch.int32)
-    logical_count = _sum_over_ranks(logical_count.to(device), contributes)
+    logical_count = sum_over_ranks(logical_count.to(device), adds=adds)
 
     output = dict(rank=rank, logical_count=logical_count,
                   average_utilization_rate_over_window=None)
     if config.reports_balancedness:
         loads = balancedness.gpu_loads(torch.from_numpy(snapshot.physical_counts), num_gpus)
-        loads = _sum_over_ranks(loads.to(device), contributes)
+        loads = sum_over_ranks(loads.to(device), adds=adds)
         per_pass = [balancedness.pass_balancedness(loads[i]).item() for i in range(loads.shape[0])]
         if config.dump_has_utilization:
             output["average_utilization_rate_over_window"] = (
@@ -98,16 +100,6 @@ def _per_token_records(snapshot, passes, rank, columns=8):
                             misc_objects=info["misc_objects"],
                             global_physical_count=torch.from_numpy(counts)))
     return records
-
-
-def _sum_over_ranks(tensor, contributes):
-    """All-reduce over the default group, as SGLang; a rank whose tokens another rank already
-    counted adds zeros, so replicated counts are not multiplied by the group size."""
-    if not contributes:
-        tensor = torch.zeros_like(tensor)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
-    return tensor
 
 
 def stat_file_name() -> str:

@@ -10,12 +10,13 @@ process does not reach them: ``python -m moestat.sglang.launch_server ...`` (or
 ``install_on_import()`` in every process) covers those.
 
 SGLang's routed-experts capturer is switched the same way when asked
-(``install_on_import(routed_experts=True)``, or MOESTAT_SGLANG_ROUTED_EXPERTS=1 in the
-server's environment): routed_experts.py.
+(``install_routed_experts()``; ``install_on_import(routed_experts=True)``, or
+MOESTAT_SGLANG_ROUTED_EXPERTS=1 in the server's environment): routed_experts.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import logging
@@ -69,13 +70,39 @@ def install_on_import(routed_experts=None):
         routed_experts = os.environ.get(ROUTED_EXPERTS_ENV) == "1"
     _on_import(SGLANG_RECORDER_MODULE, install)
     if routed_experts:
-        _on_import(SGLANG_CAPTURER_MODULE, _install_routed_experts)
+        _on_import(SGLANG_CAPTURER_MODULE, install_routed_experts)
 
 
-def _install_routed_experts():
-    from . import routed_experts
+def install_routed_experts():
+    """Makes SGLang's ``RoutedExpertsCapturer.create`` build moestat's capturer
+    (routed_experts.py; idempotent). Where moestat cannot record on the device (not cuda or
+    cpu, or no CUDA build), SGLang's own capturer is made, and that is logged."""
+    from .. import _core
+    from .routed_experts import RoutedExpertsCapturer
 
-    routed_experts.install()
+    module = importlib.import_module(SGLANG_CAPTURER_MODULE)
+    sglang_class = module.RoutedExpertsCapturer
+    if getattr(sglang_class, "_moestat_installed", False):
+        return
+    sglang_create = sglang_class.create
+
+    def create(*, model, model_config, num_tokens, max_running_requests, device):
+        arguments = dict(model=model, model_config=model_config, num_tokens=num_tokens,
+                         max_running_requests=max_running_requests, device=device)
+        if str(device) == "cpu" or (str(device).startswith("cuda") and _core.has_cuda):
+            try:
+                return RoutedExpertsCapturer.create(**arguments)
+            except Exception:  # noqa: BLE001 - the server starts with SGLang's capturer
+                logger.exception("moestat routed experts: no capturer could be made; "
+                                 "SGLang's own capturer is used")
+        else:
+            logger.warning("moestat routed experts: device %r is not recorded by moestat; "
+                           "SGLang's own capturer is used", device)
+        return sglang_create(**arguments)
+
+    sglang_class.create = staticmethod(create)
+    sglang_class._moestat_installed = True
+    logger.info("moestat captures routed experts for SGLang")
 
 
 def _on_import(name, installer):

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import abc
 
+from ..engines.ranks import adds_its_counts
 from . import dumps
 
 
 def make_pass_log(config, metadata, rank: int, source):
     """The pass log of ``config.mode``; ``source``: the recorder's ``CountSource``."""
     if config.mode in ("stat", "stat_approx"):
-        # Ranks of an attention tensor-parallel group that count the same tokens: only the
-        # first joins the cross-rank sum.
-        contributes = not (source.tokens_are_replicated and config.attn_tp_rank != 0)
-        return StatLog(config, metadata, rank, contributes)
+        # Ranks of an attention tensor-parallel group may count the same tokens.
+        adds = adds_its_counts(config.attn_tp_rank, source.tokens_are_replicated)
+        return StatLog(config, metadata, rank, adds)
     return DetailLog(config, metadata, rank, source)
 
 
@@ -55,9 +55,9 @@ class _PassLog(abc.ABC):
 class StatLog(_PassLog):
     """stat / stat_approx: counts summed over ranks, laid out as SGLang's circular buffer."""
 
-    def __init__(self, config, metadata, rank: int, contributes: bool):
+    def __init__(self, config, metadata, rank: int, adds: bool):
         super().__init__(config, metadata, rank)
-        self._contributes = contributes
+        self._adds = adds  # whether this rank's counts join the cross-rank sum
         self._ring_start = 0  # SGLang's ring row of the first pass since the reset
 
     def reset(self, open_pass_id):
@@ -71,7 +71,7 @@ class StatLog(_PassLog):
             snapshot, config=self._config, rank=self._rank, ring_start=self._ring_start,
             num_passes=self.passes_since_reset, num_gpus=self._metadata.ep_size,
             device=self._metadata.physical_to_logical_map.device,
-            contributes=self._contributes)
+            adds=self._adds)
         if to_file and self._rank == 0:
             dumps.save_atomically(output, self._config.dump_dir(), dumps.stat_file_name())
         return output

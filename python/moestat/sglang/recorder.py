@@ -15,13 +15,13 @@ deliberately different, and why, is listed in docs/sglang.md; in short:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 
 import numpy as np
 
-from ..pass_ids import PassIds
+from ..engines.faults import Faults
+from ..engines.passes import PassIds
 from . import devices, modes, sources
 from .config import RecorderConfig
 from .placement_follower import PlacementFollower
@@ -130,7 +130,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         self._log = modes.make_pass_log(config, expert_location_metadata, rank, self._source)
         self._placement = PlacementFollower(expert_location_metadata)
         self._pass_ids = PassIds()
-        self._faults = collections.Counter()
+        self._faults = Faults(logger, "recorder.faults")
 
         self._recording = False
         self._layers = []  # with_current_layer stack
@@ -160,9 +160,9 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         return self._source.name
 
     @property
-    def faults(self) -> dict:
-        """Hooks that could not be recorded, by kind (each kind is logged once)."""
-        return dict(self._faults)
+    def faults(self) -> Faults:
+        """Hooks that could not be recorded, {kind: count} (each kind is logged once)."""
+        return self._faults
 
     # ---- scopes ----
 
@@ -200,8 +200,8 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
 
     def _begin_pass(self, forward_pass_id, forward_batch):
         if self._pass_ids.open_id is not None:
-            self._fault("nested_forward_pass", "with_forward_pass inside another forward pass; "
-                        "the inner one is not a pass of its own")
+            self._faults.add("nested_forward_pass", "with_forward_pass inside another forward "
+                             "pass; the inner one is not a pass of its own")
             return
         recorded = self._recording
         if not (recorded or self._device.opens_unrecorded_passes):
@@ -211,7 +211,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             self._device.use_current_stream()
             pass_id = self._pass_ids.begin(self._recorder)
         except Exception as error:  # noqa: BLE001 - a serving process never dies of recording
-            self._fault("begin_pass", error)
+            self._faults.add("begin_pass", error)
             return
         self._pass_recorded = recorded
         if recorded:
@@ -228,7 +228,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             self._recorder.end_pass()
         except Exception as error:  # noqa: BLE001
             self._log.end_pass(pass_id, kept=False)
-            self._fault("end_pass", error)
+            self._faults.add("end_pass", error)
             return
         self._log.end_pass(pass_id, kept=recorded and self._recording)
 
@@ -243,7 +243,7 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             self._device.use_current_stream()
             self._recorder.abort_pass()
         except Exception as error:  # noqa: BLE001
-            self._fault("abort_pass", error)
+            self._faults.add("abort_pass", error)
 
     # ---- hooks ----
 
@@ -266,8 +266,8 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         if not (self._pass_recorded and self._recording and self._source.fills_count_buffers):
             return None
         if not _is_layer_index(layer_idx) or not 0 <= layer_idx < self._num_layers:
-            self._fault("get_current_pass_count_buffer",
-                        f"layer {layer_idx!r} is not in [0, {self._num_layers})")
+            self._faults.add("get_current_pass_count_buffer",
+                             f"layer {layer_idx!r} is not in [0, {self._num_layers})")
             return None
         return self._device.count_buffer(layer_idx)
 
@@ -281,25 +281,25 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
             return  # not recording, or outside a pass: SGLang drops these too
         layer = self._layers[-1] if self._layers else None
         if layer is None:
-            self._fault(f"{hook}_without_layer",
-                        f"{hook} outside with_current_layer: the layer is unknown, so nothing "
-                        "is recorded (never into layer 0)")
+            self._faults.add(f"{hook}_without_layer",
+                             f"{hook} outside with_current_layer: the layer is unknown, so nothing "
+                             "is recorded (never into layer 0)")
             return
         if type(layer) is not int:  # a numpy integer, or no index at all
             if not _is_layer_index(layer):
-                self._fault(f"{hook}_layer_not_an_index",
-                            f"{hook}: layer {layer!r} is not an integer layer index")
+                self._faults.add(f"{hook}_layer_not_an_index",
+                                 f"{hook}: layer {layer!r} is not an integer layer index")
                 return
             layer = int(layer)
         if not 0 <= layer < self._num_layers:
-            self._fault(f"{hook}_layer_out_of_range",
-                        f"{hook}: layer {layer!r} is not in [0, {self._num_layers})")
+            self._faults.add(f"{hook}_layer_out_of_range",
+                             f"{hook}: layer {layer!r} is not in [0, {self._num_layers})")
             return
         try:
             self._device.use_current_stream()
             count(layer, *arguments)
         except Exception as error:  # noqa: BLE001
-            self._fault(hook, error)
+            self._faults.add(hook, error)
 
     # ---- control ----
 
@@ -333,8 +333,8 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         self._device.settle()  # every pass that ended is in the snapshot
         snapshot = self._recorder.snapshot()
         if snapshot.num_passes != self._log.passes_since_reset:
-            self._fault("dump_record", f"the recorder holds {snapshot.num_passes} passes "
-                        f"where {self._log.passes_since_reset} were recorded")
+            self._faults.add("dump_record", f"the recorder holds {snapshot.num_passes} passes "
+                             f"where {self._log.passes_since_reset} were recorded")
         output = self._log.dump(snapshot, to_file=output_mode == "file")
         self._reset()
         return output if output_mode == "object" else None
@@ -347,12 +347,6 @@ class MoestatExpertDistributionRecorder(ExpertDistributionRecorder):
         logger.info("Resetting ExpertDistributionRecorder...")
         self._log.reset(self._pass_ids.open_id)
         self._recorder.reset()
-
-    def _fault(self, kind, error):
-        if self._faults[kind] == 0:
-            logger.error(f"moestat recorder: {error} (further {kind} faults are counted in "
-                         "recorder.faults, not logged)")
-        self._faults[kind] += 1
 
 
 def _is_layer_index(layer) -> bool:

@@ -20,15 +20,15 @@ slots to those rows on the host when ``finalize()`` (or, without overlap, ``on_f
 commits them: the store holds the KV pool's ``num_tokens`` rows plus the rows of passes in
 flight. docs/sglang.md ("Routed experts") says what differs from SGLang and why.
 
-``install()`` makes SGLang's ``RoutedExpertsCapturer.create`` build this capturer
-(``moestat.sglang.install_on_import(routed_experts=True)``, or ``MOESTAT_SGLANG_ROUTED_EXPERTS=1``
-with ``python -m moestat.sglang.launch_server``). Needs torch.
+``moestat.sglang.install.install_routed_experts()`` makes SGLang's
+``RoutedExpertsCapturer.create`` build this capturer (``moestat.sglang.install_on_import(
+routed_experts=True)``, or ``MOESTAT_SGLANG_ROUTED_EXPERTS=1`` with ``python -m
+moestat.sglang.launch_server``). Needs torch.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib
 import logging
 import sys
 import threading
@@ -40,11 +40,12 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 from .. import _core
+from ..engines.devices import StreamFollower, make_recorder
+from ..engines.faults import Faults
+from .config import sglang_setting
+from .registry import capturer_slot
 
 logger = logging.getLogger(__name__)
-
-SGLANG_CAPTURER_MODULE = "sglang.srt.state_capturer.routed_experts"
-_RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 
 #: Passes whose rows may be recorded but not yet committed (SGLang's overlap scheduler
 #: commits a forward after launching the next): the store's rows beyond the KV pool's.
@@ -97,8 +98,8 @@ class RoutedExpertsCapturer:
                device: str, **options) -> Optional["RoutedExpertsCapturer"]:
         """SGLang's ``create``: None unless the server runs with
         ``--enable-return-routed-experts`` (outside SGLang: always a capturer)."""
-        if not _sglang_setting(lambda c: c.get_exec().features.enable_return_routed_experts,
-                               True):
+        if not sglang_setting(lambda c: c.get_exec().features.enable_return_routed_experts,
+                              True):
             return None
         num_layers = int(model_config.hf_text_config.num_hidden_layers)
         options.setdefault("moe_layers", _moe_layers_of(model, num_layers))
@@ -135,8 +136,8 @@ class RoutedExpertsCapturer:
         self._attn_tp_size = 1
         self._find_sglang_parallelism()
         if max_batch_size is None:
-            dp = _sglang_setting(lambda c: c.get_parallel().num_dp_ranks, 1)
-            chunk = _sglang_setting(lambda c: c.get_schedule().chunked_prefill_size, 0) or 0
+            dp = sglang_setting(lambda c: c.get_parallel().num_dp_ranks, 1)
+            chunk = sglang_setting(lambda c: c.get_schedule().chunked_prefill_size, 0) or 0
             max_batch_size = max(chunk * dp, max_running_requests * dp)
         self.max_batch_size = int(max_batch_size)
         device_width = self.topk_size + self.num_fused_shared_experts
@@ -151,16 +152,7 @@ class RoutedExpertsCapturer:
                        capacity_tokens=self.num_tokens + in_flight_passes * self.max_batch_size,
                        keys="slots")
         self._cuda = self.device.startswith("cuda")
-        if self._cuda:
-            if not _core.has_cuda:
-                raise RuntimeError(f"device {self.device!r}: this moestat was built without "
-                                   "the CUDA route recorder")
-            with torch.cuda.device(torch.device(self.device)):
-                self._recorder = _core.CudaRouteRecorder(topology, **options)
-        elif self.device == "cpu":
-            self._recorder = _core.CpuRouteRecorder(topology, **options)
-        else:
-            raise ValueError(f"device {self.device!r}: moestat records on cuda or cpu")
+        self._recorder = make_recorder(topology, self.device, routes=True, **options)
         self._layout = self._recorder.layout
         self._moe_layers = frozenset(self._layout.layers)
         self._columns = torch.as_tensor(list(self._layout.layers), dtype=torch.int64)
@@ -172,9 +164,9 @@ class RoutedExpertsCapturer:
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int32)
         self._free_count = capacity
 
-        self._faults = collections.Counter()
+        self._faults = Faults(logger, "capturer.faults")
         self._counts = collections.Counter()
-        self._stream = None
+        self._use_current_stream = StreamFollower(self._recorder).follow
         # The open pass, as the host saw it (captured graphs replay unseen):
         self._eager_layers = set()  # layers captured eagerly
         self._first_eager_layer = None
@@ -203,9 +195,9 @@ class RoutedExpertsCapturer:
         return self._layout
 
     @property
-    def faults(self) -> dict:
-        """What could not be recorded or read, by kind (each kind is logged once)."""
-        return dict(self._faults)
+    def faults(self) -> Faults:
+        """What could not be recorded or read, {kind: count} (each kind is logged once)."""
+        return self._faults
 
     def tallies(self) -> dict:
         """The recorder's tallies (``layers_written_twice``: a layer routed again in one
@@ -227,16 +219,17 @@ class RoutedExpertsCapturer:
         TopK passes them, before EPLB maps them to slots); the first top_k columns are read."""
         try:
             if layer_id not in self._moe_layers:
-                self._fault("capture_layer_not_moe",
-                            f"capture: layer {layer_id!r} is not one of the model's MoE layers "
-                            f"{sorted(self._moe_layers)}; not recorded")
+                self._faults.add("capture_layer_not_moe",
+                                 f"capture: layer {layer_id!r} is not one of the model's MoE "
+                                 f"layers {sorted(self._moe_layers)}; not recorded")
                 return
             width = topk_indices.shape[1]
             device_width = self.topk_size + self.num_fused_shared_experts
             if width != device_width and width != self.topk_size:
-                self._fault("capture_width",
-                            f"capture: top-k width {width} is neither the device width "
-                            f"{device_width} nor its routed part {self.topk_size}; not recorded")
+                self._faults.add("capture_width",
+                                 f"capture: top-k width {width} is neither the device width "
+                                 f"{device_width} nor its routed part {self.topk_size}; not "
+                                 "recorded")
                 return
             if self._gather is not None:
                 topk_indices = self._gather_topk(topk_indices, device_width)
@@ -250,7 +243,7 @@ class RoutedExpertsCapturer:
                 return
             self._recorder.record_topk(layer_id, to_dlpack(topk_indices))
         except Exception as error:  # noqa: BLE001 - a serving process never dies of recording
-            self._fault("capture", error)
+            self._faults.add("capture", error)
 
     def on_forward_end(self, forward_batch, can_run_graph: bool,
                        cuda_graph_batch: Optional[int], no_copy_to_cpu: bool = False):
@@ -266,9 +259,9 @@ class RoutedExpertsCapturer:
                 locs = forward_batch.out_cache_loc
             count = min(stop - start, int(locs.shape[0]))
             if count < int(locs.shape[0]):
-                self._fault("on_forward_end_rows",
-                            f"on_forward_end: {locs.shape[0]} KV slots but {stop - start} "
-                            f"batch rows; the first {count} recorded")
+                self._faults.add("on_forward_end_rows",
+                                 f"on_forward_end: {locs.shape[0]} KV slots but {stop - start} "
+                                 f"batch rows; the first {count} recorded")
                 locs = locs[:count]
             if self._held is not None:  # the forward's first layer, routed again at its end
                 held, self._held = self._held, None
@@ -276,10 +269,10 @@ class RoutedExpertsCapturer:
             if self._stale:
                 # A graph replayed into a pass that holds a warm-up run's ids: which rows
                 # are whose cannot be told, so none is recorded.
-                self._fault("forward_after_graph_capture",
-                            "on_forward_end: the first forward after a CUDA graph capture was "
-                            "a replay, into the capture's eager warm-up ids; its tokens are "
-                            "not recorded", count)
+                self._faults.add("forward_after_graph_capture",
+                                 "on_forward_end: the first forward after a CUDA graph capture was "
+                                 "a replay, into the capture's eager warm-up ids; its tokens are "
+                                 "not recorded", count)
             else:
                 rows = self._take_rows(count)
                 if self._cuda:
@@ -287,7 +280,7 @@ class RoutedExpertsCapturer:
                 self._recorder.end_pass_slots([-1] * start + rows.tolist())
                 self._pass_open = False
         except Exception as error:  # noqa: BLE001
-            self._fault("on_forward_end", error)
+            self._faults.add("on_forward_end", error)
             if rows is not None:
                 self._release_rows(rows)
             rows = None
@@ -319,8 +312,8 @@ class RoutedExpertsCapturer:
             slots = locs.numpy().astype(np.int64)
             inside = (slots >= 0) & (slots < self.num_tokens)
             if not inside.all():
-                self._fault("get_topk_slot_out_of_range",
-                            f"get_topk: KV slots outside [0, {self.num_tokens}) read as 0s")
+                self._faults.add("get_topk_slot_out_of_range",
+                                 f"get_topk: KV slots outside [0, {self.num_tokens}) read as 0s")
             with self._lock:
                 rows = np.where(inside, self._slot_rows[np.where(inside, slots, 0)], -1)
             routes = self._recorder.read_slots(rows.tolist())
@@ -328,7 +321,7 @@ class RoutedExpertsCapturer:
             out[:, self._columns, :] = torch.from_numpy(np.asarray(routes.ids).astype(np.int32))
             self._count_unrecorded(valid)
         except Exception as error:  # noqa: BLE001
-            self._fault("get_topk", error)
+            self._faults.add("get_topk", error)
             out.zero_()
         return out
 
@@ -350,7 +343,7 @@ class RoutedExpertsCapturer:
             self._recorder.begin_pass()
             self._pass_open = True
         except Exception as error:  # noqa: BLE001
-            self._fault("begin_pass", error)
+            self._faults.add("begin_pass", error)
         self._eager_layers.clear()
         self._first_eager_layer = None
         self._held = None
@@ -398,12 +391,6 @@ class RoutedExpertsCapturer:
         self._gather(gathered, topk.to(torch.int32))
         return gathered
 
-    def _use_current_stream(self):
-        stream = torch.cuda.current_stream().cuda_stream
-        if stream != self._stream:
-            self._recorder.set_stream(stream)
-            self._stream = stream
-
     # ---- the slot table ----
 
     def _take_rows(self, count: int) -> np.ndarray:
@@ -414,10 +401,10 @@ class RoutedExpertsCapturer:
             self._free_count -= given
         if given < count:
             self._counts["tokens_without_room"] += count - given
-            self._fault("tokens_without_room",
-                        f"on_forward_end: no store rows for {count - given} tokens (more than "
-                        "the in-flight passes' rows are waiting for finalize()); not recorded",
-                        count - given)
+            self._faults.add("tokens_without_room",
+                             f"on_forward_end: no store rows for {count - given} tokens (more than "
+                             "the in-flight passes' rows are waiting for finalize()); not recorded",
+                             count - given)
         return rows
 
     def _release_rows(self, rows: np.ndarray):
@@ -434,13 +421,14 @@ class RoutedExpertsCapturer:
             slots = np.asarray(out_cache_loc.cpu() if isinstance(out_cache_loc, torch.Tensor)
                                else out_cache_loc).astype(np.int64).reshape(-1)
         except Exception as error:  # noqa: BLE001
-            self._fault("finalize", error)
+            self._faults.add("finalize", error)
             self._release_rows(rows)
             return
         inside = (slots >= 0) & (slots < self.num_tokens)
         if not inside.all():
-            self._fault("slot_out_of_range",
-                        f"on_forward_end: KV slots outside [0, {self.num_tokens}); not recorded")
+            self._faults.add("slot_out_of_range",
+                             f"on_forward_end: KV slots outside [0, {self.num_tokens}); not "
+                             "recorded")
         index = np.flatnonzero(inside)
         # A slot twice in one forward: the later row holds it (SGLang's index assignment).
         _, last = np.unique(slots[index][::-1], return_index=True)
@@ -455,14 +443,14 @@ class RoutedExpertsCapturer:
         recorded = valid.any(axis=1)
         tokens = int((~recorded).sum())
         if tokens:
-            self._fault("unrecorded_tokens",
-                        f"get_topk: {tokens} tokens whose KV slot holds no recorded routing "
-                        "read as 0s (as SGLang's zero-initialised host cache)", tokens)
+            self._faults.add("unrecorded_tokens",
+                             f"get_topk: {tokens} tokens whose KV slot holds no recorded routing "
+                             "read as 0s (as SGLang's zero-initialised host cache)", tokens)
         layer_rows = int((~valid[recorded]).sum())
         if layer_rows:
-            self._fault("unrecorded_layer_rows",
-                        f"get_topk: {layer_rows} (token, MoE layer) rows not recorded (a layer "
-                        "not captured, or invalid ids) read as 0s", layer_rows)
+            self._faults.add("unrecorded_layer_rows",
+                             f"get_topk: {layer_rows} (token, MoE layer) rows not recorded (a "
+                             "layer not captured, or invalid ids) read as 0s", layer_rows)
 
     # ---- SGLang's surroundings ----
 
@@ -479,42 +467,21 @@ class RoutedExpertsCapturer:
             return
         if scattered and dp is not None:
             self._gather = dp.attn_tp_all_gather_into_tensor
-            self._attn_tp_size = _sglang_setting(lambda c: c.get_parallel().attn_tp_size, 1)
+            self._attn_tp_size = sglang_setting(lambda c: c.get_parallel().attn_tp_size, 1)
         elif dp_attention:
             self._dp_local_slice = dp.get_dp_local_slice_cpu
-
-    def _fault(self, kind, error, count=1):
-        if self._faults[kind] == 0:
-            logger.error(f"moestat routed experts: {error} (further {kind} faults are counted "
-                         "in capturer.faults, not logged)")
-        self._faults[kind] += count
 
 
 # ---- the process's capturer ----
 
-_capturer = None
-
-
-def _sglang_resources():
-    context = sys.modules.get(_RUNTIME_CONTEXT)
-    return context.get_resources() if context is not None else None
-
 
 def get_global_experts_capturer() -> Optional[RoutedExpertsCapturer]:
     """The capturer every call site uses (SGLang's resources when SGLang runs here)."""
-    resources = _sglang_resources()
-    if resources is not None:
-        return getattr(resources, "experts_capturer", None)
-    return _capturer
+    return capturer_slot.get()
 
 
 def set_global_experts_capturer(capturer: Optional[RoutedExpertsCapturer]):
-    global _capturer
-    resources = _sglang_resources()
-    if resources is not None:
-        resources.experts_capturer = capturer
-    else:
-        _capturer = capturer
+    capturer_slot.set(capturer)
 
 
 def destroy_global_experts_capturer():
@@ -523,47 +490,7 @@ def destroy_global_experts_capturer():
     set_global_experts_capturer(None)
 
 
-def install():
-    """Makes SGLang's ``RoutedExpertsCapturer.create`` build moestat's capturer (idempotent).
-    Where moestat cannot record on the device (not cuda or cpu, or no CUDA build), SGLang's
-    own capturer is made, and that is logged."""
-    module = importlib.import_module(SGLANG_CAPTURER_MODULE)
-    sglang_class = module.RoutedExpertsCapturer
-    if getattr(sglang_class, "_moestat_installed", False):
-        return
-    sglang_create = sglang_class.create
-
-    def create(*, model, model_config, num_tokens, max_running_requests, device):
-        arguments = dict(model=model, model_config=model_config, num_tokens=num_tokens,
-                         max_running_requests=max_running_requests, device=device)
-        if str(device) == "cpu" or (str(device).startswith("cuda") and _core.has_cuda):
-            try:
-                return RoutedExpertsCapturer.create(**arguments)
-            except Exception:  # noqa: BLE001 - the server starts with SGLang's capturer
-                logger.exception("moestat routed experts: no capturer could be made; "
-                                 "SGLang's own capturer is used")
-        else:
-            logger.warning("moestat routed experts: device %r is not recorded by moestat; "
-                           "SGLang's own capturer is used", device)
-        return sglang_create(**arguments)
-
-    sglang_class.create = staticmethod(create)
-    sglang_class._moestat_installed = True
-    logger.info("moestat captures routed experts for SGLang")
-
-
 # ---- reading SGLang's model and settings ----
-
-
-def _sglang_setting(read, default):
-    """``read(runtime_context)`` where SGLang runs in this process, else ``default``."""
-    context = sys.modules.get(_RUNTIME_CONTEXT)
-    if context is None:
-        return default
-    try:
-        return read(context)
-    except AttributeError:
-        return default
 
 
 def _moe_layers_of(model, num_layers):

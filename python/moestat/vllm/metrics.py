@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _core
-from .offline import _as_int64, _pick_model, _window_source, load_window_counts
+from .offline import int64_array, eplb_model_state, window_source, load_window_counts
 
 MEAN_WINDOWS = (10, 100, 1000)
 
@@ -48,7 +48,7 @@ def _num_ranks(source, model, num_ranks):
     if num_ranks is not None:
         return int(num_ranks)
     if hasattr(source, "model_states"):
-        source = _pick_model(source, model)
+        source = eplb_model_state(source, model)
     moe_model = getattr(source, "model", None)
     if moe_model is not None and getattr(moe_model, "num_local_physical_experts", 0):
         return int(moe_model.num_physical_experts) // int(moe_model.num_local_physical_experts)
@@ -60,8 +60,8 @@ def _num_ranks(source, model, num_ranks):
 def _loaded_window(source, model, num_ranks, num_logical_experts):
     """(physical [n, L, P], logical [n, L, E], map [L, P], ranks): the window's steps with load,
     oldest first."""
-    window, phy2log, oldest, experts = _window_source(source, model)
-    window, phy2log = _as_int64(window), _as_int64(phy2log)
+    window, phy2log, oldest, experts = window_source(source, model)
+    window, phy2log = int64_array(window), int64_array(phy2log)
     # load_window_counts checks the shapes and the map and maps slots to logical experts
     logical = load_window_counts((window, phy2log), num_logical_experts=(
         experts if num_logical_experts is None else num_logical_experts))
@@ -158,7 +158,7 @@ def advise(source, model=None, *, seconds_per_balanced_pass, horizon_passes=None
             raise ValueError("pass horizon_passes= (the steps the new map would serve)")
         horizon_passes = int(state.expert_rearrangement_step_interval)
     if num_groups is None:
-        moe_model = getattr(_pick_model(state, model) if state is not None else source,
+        moe_model = getattr(eplb_model_state(state, model) if state is not None else source,
                             "model", None)
         num_groups = int(getattr(moe_model, "num_expert_groups", 1) or 1)
     placement = _core.Placement(phy2log, num_logical_experts=logical.shape[2])

@@ -33,7 +33,6 @@ MoE layer ``i``, not decoder layer ``i``): that is the shape vLLM's map has, so 
 planned on them fits vLLM as it is.
 """
 
-import collections
 import errno
 import json
 import logging
@@ -44,6 +43,8 @@ import time
 import uuid
 
 import numpy as np
+
+from ..engines.faults import Faults
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,9 @@ _lock = threading.Lock()
 _logged = set()
 _placements = {}  # (path, L, P) -> (map [L, P] int64 or None, why not)
 _next_number = {}  # directory -> the number its next window takes
-_faults = collections.Counter()  # {kind: count} of the faults in this process
+# The faults of this process's rearranges: vLLM calls its EPLB policy's class, so there is no
+# instance to own them.
+_faults = Faults(logger, "moestat.vllm.offline.faults()", logging.WARNING)
 
 
 def _log_once(key, level, message, *args):
@@ -77,10 +80,7 @@ def _log_once(key, level, message, *args):
 def _fault(kind, cause, message, *args):
     """A failure inside vLLM's rearrange: counted by kind, logged once per kind and cause,
     never raised (vLLM must keep serving)."""
-    with _lock:
-        _faults[kind] += 1
-    _log_once((kind, cause), logging.WARNING,
-              message + " (logged once; moestat.vllm.offline.faults() counts them)", *args)
+    _faults.add(kind, message % args if args else message, cause=cause)
 
 
 def faults():
@@ -88,8 +88,7 @@ def faults():
     once per cause and never raised: ``load_window`` (a window that could not be written to
     $MOESTAT_VLLM_EPLB_LOAD_DIR) and ``placement`` (a rearrange at which
     $MOESTAT_VLLM_EPLB_PLACEMENT could not be read or did not fit the model)."""
-    with _lock:
-        return dict(_faults)
+    return dict(_faults)
 
 
 def _cause(error):
@@ -119,7 +118,8 @@ def _pp_rank():
         return None
 
 
-def _as_int64(array):
+def int64_array(array):
+    """array (a numpy array, a torch tensor on any device, a nested list) as int64 numpy."""
     if hasattr(array, "detach"):  # a torch tensor, wherever it lives
         array = array.detach().cpu().numpy()
     return np.asarray(array).astype(np.int64, copy=False)
@@ -138,7 +138,7 @@ def record_window(weight, num_replicas, num_groups, num_nodes, num_ranks):
         rank = _ep_rank()
         if rank not in (None, 0):
             return None
-        counts = _as_int64(weight)
+        counts = int64_array(weight)
         if counts.ndim != 2:
             raise ValueError(f"expected the window as [layers, experts], got {counts.shape}")
         if not counts.any():
@@ -164,7 +164,7 @@ def record_window(weight, num_replicas, num_groups, num_nodes, num_ranks):
         return _publish(directory, counts, fmt, metadata)
     except Exception as error:  # noqa: BLE001 - vLLM must keep serving
         _fault("load_window", (directory, *_cause(error)),
-               "moestat: cannot write vLLM's load window to %s (%s); vLLM goes on", directory,
+               "cannot write vLLM's load window to %s (%s); vLLM goes on", directory,
                error)
         return None
 
@@ -245,13 +245,13 @@ def static_placement(num_layers, num_replicas, num_experts):
         phy2log, why_not = _read_placement_once(path, num_layers, num_replicas)
         if phy2log is None:
             _fault("placement", (path, why_not),
-                   "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
+                   "ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
                    path, why_not)
             return None
         problem = _misfit(phy2log, num_layers, num_replicas, num_experts)
         if problem:
             _fault("placement", (path, problem),
-                   "moestat: not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
+                   "not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
                    "vLLM's EPLB plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas,
                    num_experts, problem)
             return None
@@ -261,7 +261,7 @@ def static_placement(num_layers, num_replicas, num_experts):
         return phy2log.copy()
     except Exception as error:  # noqa: BLE001 - vLLM must keep serving
         _fault("placement", (path, *_cause(error)),
-               "moestat: ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT, path,
+               "ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT, path,
                error)
         return None
 
@@ -303,7 +303,9 @@ def _misfit(phy2log, num_layers, num_replicas, num_experts):
 
 # --- vLLM's load window tensors ---------------------------------------------------------------
 
-def _pick_model(state, model):
+def eplb_model_state(state, model):
+    """The EplbState's state of model (its key or model_name; None: its only model); raises
+    ValueError naming the models it has."""
     states = state.model_states
     if model is None:
         if len(states) != 1:
@@ -323,7 +325,7 @@ def load_window_tensors(eplb_state, model=None):
     int32, ``physical_to_logical_map`` [L, P] int64, ``expert_load_window_step`` (the row vLLM
     writes next: the oldest) and ``num_logical_experts``. model: the model's name or key when
     the state has several (a drafter)."""
-    model_state = _pick_model(eplb_state, model)
+    model_state = eplb_model_state(eplb_state, model)
     return {
         "expert_load_window": model_state.expert_load_window.detach().cpu().clone(),
         "physical_to_logical_map": model_state.physical_to_logical_map.detach().cpu().clone(),
@@ -332,7 +334,7 @@ def load_window_tensors(eplb_state, model=None):
     }
 
 
-def _window_source(source, model):
+def window_source(source, model):
     """(window [W, L, P], map [L, P], oldest row or None, experts or None) from what
     load_window_counts takes."""
     if isinstance(source, (str, os.PathLike)):
@@ -372,9 +374,9 @@ def load_window_counts(source, model=None, num_logical_experts=None):
 
     One rank's window counts the tokens that rank routed; sum the ranks' (``moestat merge``)
     for the deployment's load, which is what vLLM's rearrange plans on."""
-    window, phy2log, oldest, experts = _window_source(source, model)
-    window = _as_int64(window)
-    phy2log = _as_int64(phy2log)
+    window, phy2log, oldest, experts = window_source(source, model)
+    window = int64_array(window)
+    phy2log = int64_array(phy2log)
     if window.ndim != 3 or phy2log.ndim != 2 or window.shape[1:] != phy2log.shape:
         raise ValueError(f"expected expert_load_window [W, L, P] and physical_to_logical_map "
                          f"[L, P]; got {list(window.shape)} and {list(phy2log.shape)}")

@@ -52,15 +52,16 @@ routes its share of the batch (vLLM's ``sequence_parallel_chunk``), and the mask
 share's offset counts its real rows.
 """
 
-import collections
 import logging
 from typing import Optional
 
 import torch
 
 from .. import torch_ops
-from .._core import CpuRecorder, Error, ModelTopology, Recorder
-from ..integrations.transformers import _check_topology
+from .._core import Error, ModelTopology, Recorder
+from ..engines.devices import check_recorder_device, device_of
+from ..engines.faults import Faults
+from ..engines.topology import check_routers
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +145,10 @@ def _eplb_num_valid_tokens(router):
     return tensors[dbo_current_ubatch_id()].reshape(1)
 
 
-def _forward_context_num_valid_tokens(topk_ids, sequence_parallel=False):
+def _forward_context_num_valid_tokens(handle, topk_ids, sequence_parallel=False):
     """The real rows the forward context's is_padding mask counts (a one-element int32 tensor),
-    or None where there is no mask of topk_ids' rows. Padding rows come last (vLLM pads a batch
+    or None where there is no mask of topk_ids' rows; counted at the pass's first layer and
+    kept in handle for the others. Padding rows come last (vLLM pads a batch
     at its end). sequence_parallel: the router's rows are this tensor-parallel rank's share of
     the batch (vLLM's ``sequence_parallel_chunk``: the batch padded to a multiple of the
     tensor-parallel size, the rank's slice of it), so the share's slice of the mask counts."""
@@ -169,98 +171,71 @@ def _forward_context_num_valid_tokens(topk_ids, sequence_parallel=False):
         stop = start + share  # past the mask's end: rows the chunk padded, not real
     if stop - start != topk_ids.shape[0]:
         return None
-    global _mask_count
-    if _mask_count is None or _mask_count[0] is not is_padding or _mask_count[1] != start:
+    known = handle.mask_count
+    if known is None or known[0] is not is_padding or known[1] != start:
         real = (~is_padding[start:stop]).sum(dtype=torch.int32).reshape(1)
-        _mask_count = (is_padding, start, real)
-    return _mask_count[2]
+        handle.mask_count = known = (is_padding, start, real)
+    return known[2]
 
 
-# (the forward context's is_padding mask, the first row counted, its real rows): counted at
-# the pass's first layer and shared by the others, not two kernels per layer; forgotten when a
-# pass begins, since vLLM refills the mask in place.
-_mask_count = None
-
-
-def _forget_mask_count() -> None:
-    global _mask_count
-    _mask_count = None
-
-
-def _own_rows(topk_ids, sequence_parallel: bool):
+def _own_rows(faults, topk_ids, sequence_parallel: bool):
     """This rank's own rows of a router's ids where its MoE layer dispatches naively
     (``MoERunner.do_naive_dispatch_combine``): vLLM's dispatcher gathered every rank's rows of
     its group before routing, each rank's padded rows in the group's rank order (all_gatherv,
     ``dispatch_router_logits``), so this rank's tokens, and its padding mask, are its chunk of
     them. The chunk's bounds are host numbers vLLM's dispatcher computed the gather with (its
     ``_get_comm_group`` and ``_get_sizes``, from the forward context): no device sync. None
-    where they do not cover the rows (nothing of them is counted then: fault())."""
+    where they do not cover the rows (nothing of them is counted then: a fault)."""
     from vllm.distributed.parallel_state import get_ep_group
 
     communicator = getattr(get_ep_group(), "device_communicator", None)
     dispatcher = getattr(communicator, "all2all_manager", None)
     if dispatcher is None:
-        _fault("no_dispatcher", "a MoE layer dispatches naively but its expert-parallel group "
-               "has no all-to-all manager: its rows are not counted")
+        faults.add("no_dispatcher", "a MoE layer dispatches naively but its expert-parallel "
+                   "group has no all-to-all manager: its rows are not counted")
         return None
     rows = topk_ids.shape[0]
     try:
         group = dispatcher._get_comm_group(sequence_parallel)
         sizes = [int(size) for size in dispatcher._get_sizes(rows // group.world_size, group)]
     except (AssertionError, AttributeError) as error:  # vLLM's checks: no forward context...
-        _fault("gathered_rows", f"vLLM's dispatcher gave no sizes for a router of gathered "
-               f"rows ({error!r}): the rows are not counted")
+        faults.add("gathered_rows", f"vLLM's dispatcher gave no sizes for a router of "
+                   f"gathered rows ({error!r}): the rows are not counted")
         return None
     if sum(sizes) != rows:
-        _fault("gathered_rows", f"a router of gathered rows has {rows} rows, but vLLM's "
-               f"dispatcher gathered {sizes} over its group: the rows are not counted")
+        faults.add("gathered_rows", f"a router of gathered rows has {rows} rows, but vLLM's "
+                   f"dispatcher gathered {sizes} over its group: the rows are not counted")
         return None
     start = sum(sizes[:group.rank_in_group])
     return topk_ids[start:start + sizes[group.rank_in_group]]
 
 
-# {kind: count} of the recording faults inside vLLM's forwards in this process
-_faults = collections.Counter()
-
-
-def _fault(kind: str, message) -> None:
-    """A recording fault inside vLLM's forward: counted by kind, logged once per kind, never
-    raised (a recording fault must not take the server down)."""
-    _faults[kind] += 1
-    if _faults[kind] == 1:
-        logger.error("moestat: %s (logged once; moestat.vllm.recording.faults() counts them)",
-                     message)
-
-
-def faults() -> dict:
-    """{kind: count} of the recording faults inside vLLM's forwards in this process, each kind
-    logged once and never raised: ``gathered_rows`` and ``no_dispatcher`` (naive dispatch
-    whose gathered rows this rank cannot find), ``record_topk``, ``begin_pass``,
-    ``end_pass`` (what the recorder refused, moestat.Error's message logged)."""
-    return dict(_faults)
-
-
-def _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel=False):
+def _num_valid_tokens(handle, topk_ids, eplb_valid, sequence_parallel=False):
     """The forward context's count where its mask covers topk_ids' rows (it is filled for every
     forward, dummy batches included, where EPLB's count is left from the step before), else
     EPLB's (also per micro-batch), else None: every row counts."""
-    from_mask = _forward_context_num_valid_tokens(topk_ids, sequence_parallel)
+    from_mask = _forward_context_num_valid_tokens(handle, topk_ids, sequence_parallel)
     return eplb_valid if from_mask is None else from_mask
 
 
-def _record_own_rows(record, token, recorder_id, layer, topk_ids, eplb_valid, gathered,
+def _record_own_rows(record, handle, layer, topk_ids, eplb_valid, gathered,
                      sequence_parallel) -> None:
     """record (torch_ops.record_topk or record_topk_now) of this rank's rows (_own_rows where
-    gathered) with their valid rows (_num_valid_tokens); what the recorder refuses is a fault."""
+    gathered) with their valid rows (_num_valid_tokens); what the recorder refuses is a fault
+    of handle's."""
     if gathered:
-        topk_ids = _own_rows(topk_ids, sequence_parallel)
+        topk_ids = _own_rows(handle.faults, topk_ids, sequence_parallel)
         if topk_ids is None:
             return
     try:
-        record(token, recorder_id, layer, topk_ids,
-               _num_valid_tokens(topk_ids, eplb_valid, sequence_parallel))
+        record(handle.token, handle.recorder_id, layer, topk_ids,
+               _num_valid_tokens(handle, topk_ids, eplb_valid, sequence_parallel))
     except Error as error:
-        _fault("record_topk", error)
+        handle.faults.add("record_topk", error)
+
+
+# The attached handles by recorder id: the op below is handed the id (ops take no objects).
+_handles = {}
 
 
 @torch.library.custom_op("moestat_vllm::record_topk", mutates_args=("token",))
@@ -269,8 +244,11 @@ def _record_topk_op(token: torch.Tensor, recorder_id: int, layer: int, topk_ids:
                     sequence_parallel: bool = False) -> None:
     """moestat::record_topk of this rank's rows with their valid rows, both found where the op
     runs (_record_own_rows), counted at once (compiled code reuses buffers)."""
-    _record_own_rows(torch_ops.record_topk_now, token, recorder_id, layer, topk_ids, eplb_valid,
-                     gathered, sequence_parallel)
+    handle = _handles.get(recorder_id)
+    if handle is None:
+        raise Error(f"moestat_vllm op: no recording attached under id {recorder_id} (detached?)")
+    _record_own_rows(torch_ops.record_topk_now, handle, layer, topk_ids, eplb_valid, gathered,
+                     sequence_parallel)
 
 
 @_record_topk_op.register_fake
@@ -296,24 +274,34 @@ class _Capture:
         handle = self.handle
         eplb_valid = _eplb_num_valid_tokens(self.router)
         if torch.compiler.is_compiling():
-            torch.ops.moestat_vllm.record_topk(handle._token, handle._recorder_id, self.layer,
+            torch.ops.moestat_vllm.record_topk(handle.token, handle.recorder_id, self.layer,
                                                topk_ids, eplb_valid, self.gathered,
                                                self.sequence_parallel)
             return
-        _record_own_rows(torch_ops.record_topk, handle._token, handle._recorder_id, self.layer,
-                         topk_ids, eplb_valid, self.gathered, self.sequence_parallel)
+        _record_own_rows(torch_ops.record_topk, handle, self.layer, topk_ids, eplb_valid,
+                         self.gathered, self.sequence_parallel)
 
 
 class RecordingHandle:
-    """What attach() installed; detach() (or leaving the with block) removes it."""
+    """What attach() installed; detach() (or leaving the with block) removes it. faults: the
+    recording faults inside vLLM's forwards, {kind: count}, each kind logged once and never
+    raised: ``gathered_rows`` and ``no_dispatcher`` (naive dispatch whose gathered rows this
+    rank cannot find), ``record_topk``, ``begin_pass``, ``end_pass`` (what the recorder
+    refused, moestat.Error's message logged)."""
 
     def __init__(self, model, recorder: Recorder, runners: dict, device, passes: bool):
         self.model = model
         self.recorder = recorder
         self.routers = {layer: runner.router for layer, runner in runners.items()}
         self.layers = sorted(runners)
-        self._recorder_id = torch_ops.register(recorder)
-        self._token = torch_ops.ordering_token(device)
+        self.faults = Faults(logger, "RecordingHandle.faults")
+        # (the forward context's is_padding mask, the first row counted, its real rows):
+        # counted at the pass's first layer and shared by the others, not two kernels per
+        # layer; forgotten when a pass begins, since vLLM refills the mask in place.
+        self.mask_count = None
+        self.recorder_id = torch_ops.register(recorder)
+        self.token = torch_ops.ordering_token(device)
+        _handles[self.recorder_id] = self
         self._previous = {}
         for layer, runner in runners.items():
             self._previous[layer] = runner.router.capture_fn
@@ -326,14 +314,14 @@ class RecordingHandle:
             ]
 
     def begin_pass(self) -> None:
-        _forget_mask_count()
-        torch_ops.begin_pass(self._token, self._recorder_id)
+        self.mask_count = None
+        torch_ops.begin_pass(self.token, self.recorder_id)
 
     def end_pass(self) -> None:
-        torch_ops.end_pass(self._token, self._recorder_id)
+        torch_ops.end_pass(self.token, self.recorder_id)
 
     def abort_pass(self) -> None:
-        torch_ops.abort_pass(self._token, self._recorder_id)
+        torch_ops.abort_pass(self.token, self.recorder_id)
 
     # The hooks run inside vLLM's forward: what the recorder refuses there is a fault, not an
     # exception (begin_pass, end_pass and abort_pass called directly raise moestat.Error).
@@ -341,7 +329,7 @@ class RecordingHandle:
         try:
             self.begin_pass()
         except Error as error:
-            _fault("begin_pass", error)
+            self.faults.add("begin_pass", error)
 
     def _end_pass_hook(self, module, args, output):
         try:
@@ -350,7 +338,7 @@ class RecordingHandle:
             else:
                 self.end_pass()
         except Error as error:
-            _fault("end_pass", error)
+            self.faults.add("end_pass", error)
 
     def detach(self) -> None:
         for hook in self._hooks:
@@ -359,7 +347,8 @@ class RecordingHandle:
         for layer, router in self.routers.items():
             if isinstance(router.capture_fn, _Capture) and router.capture_fn.handle is self:
                 router.set_capture_fn(self._previous.get(layer))
-        torch_ops.unregister(self._recorder_id)
+        torch_ops.unregister(self.recorder_id)
+        _handles.pop(self.recorder_id, None)
 
     def __enter__(self):
         return self
@@ -379,12 +368,7 @@ def attach(model: torch.nn.Module, recorder: Recorder, *, passes: bool = True,
     first parameter's, else the CPU)."""
     runners = find_moe_runners(model)
     routers = {layer: runner.router for layer, runner in runners.items()}
-    _check_topology(model, recorder.topology, routers, experts_attribute="global_num_experts")
-    if device is None:
-        parameter = next(model.parameters(), None)
-        device = parameter.device if parameter is not None else torch.device("cpu")
-    device = torch.device(device)
-    if isinstance(recorder, CpuRecorder) and device.type != "cpu":
-        raise Error(f"{type(model).__name__} is on {device}: record it with "
-                    "moestat.CudaRecorder (CpuRecorder reads host memory)")
+    check_routers(model, recorder.topology, routers, experts_attribute="global_num_experts")
+    device = device_of(model) if device is None else torch.device(device)
+    check_recorder_device(recorder, device, type(model).__name__)
     return RecordingHandle(model, recorder, runners, device, passes)

@@ -42,7 +42,9 @@ import os
 
 import numpy as np
 
-from .._core import CpuRecorder, CudaRecorder, Error, write_logical_counts
+from .._core import Error, write_logical_counts
+from ..engines.devices import device_of, make_recorder
+from ..engines.ranks import adds_its_counts, sum_over_ranks
 from . import recording
 
 logger = logging.getLogger(__name__)
@@ -62,13 +64,8 @@ class WorkerRecording:
         topology = recording.topology_from_model(
             model, num_layers=model_config.get_total_num_hidden_layers()
             if model_config is not None else None)
-        parameter = next(model.parameters(), None)
-        on_gpu = parameter is not None and parameter.device.type == "cuda"
-        if on_gpu:
-            self.recorder = CudaRecorder(topology, mode=mode, window_size=window_size,
-                                         device=parameter.device.index or 0)
-        else:
-            self.recorder = CpuRecorder(topology, mode=mode, window_size=window_size)
+        self.recorder = make_recorder(topology, device_of(model), mode=mode,
+                                      window_size=window_size)
         self.handle = recording.attach(model, self.recorder)
 
     def counts(self) -> np.ndarray:
@@ -80,34 +77,20 @@ class WorkerRecording:
         self.handle.detach()
 
 
-def adds_its_counts(worker) -> bool:
-    """Whether this rank's counts go into the sum: each token once. Every data-parallel rank, a
-    tensor-parallel group's first rank (every rank of it when vLLM runs MoE sequence-parallel:
-    each routes a share of the tokens). Under naive dispatch each rank records its own rows of
-    the gathered ones (recording.py), so the rule is the same."""
-    from vllm.distributed.parallel_state import get_tp_group
-
-    return (get_tp_group().rank_in_group == 0
-            or worker.vllm_config.parallel_config.use_sequence_parallel_moe)
-
-
-def gathered_counts(worker, counts: np.ndarray, adds: bool) -> np.ndarray:
-    """The sum over vLLM's world group of the counts of the ranks that add theirs (adds:
-    adds_its_counts): [passes, layers, experts], the same on every rank. Collective: every
-    rank calls it."""
+def gathered_counts(worker, counts: np.ndarray) -> np.ndarray:
+    """The sum of the workers' counts over vLLM's world group (on its CPU group), each token
+    once (moestat.engines.ranks): every data-parallel rank and pipeline stage adds its
+    counts, a tensor-parallel group only its first rank's (every rank's when vLLM runs MoE
+    sequence-parallel: each routes a share of the tokens; under naive dispatch each rank
+    records its own rows of the gathered ones, recording.py). [passes, layers, experts], the
+    same on every rank, ranks with fewer passes aligned at the newest. Collective."""
     import torch
-    import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_world_group
+    from vllm.distributed.parallel_state import get_tp_group, get_world_group
 
-    group = get_world_group().cpu_group
-    passes = torch.tensor([counts.shape[0]], dtype=torch.int64)
-    dist.all_reduce(passes, op=dist.ReduceOp.MAX, group=group)
-    padded = np.zeros((int(passes), *counts.shape[1:]), dtype=np.int64)
-    if adds:
-        padded[padded.shape[0] - counts.shape[0]:] = counts
-    total = torch.from_numpy(padded)
-    dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
-    return total.numpy()
+    adds = adds_its_counts(get_tp_group().rank_in_group,
+                           not worker.vllm_config.parallel_config.use_sequence_parallel_moe)
+    return sum_over_ranks(torch.from_numpy(counts), adds=adds,
+                          group=get_world_group().cpu_group, align_passes=True).numpy()
 
 
 class RecordingExtension:
@@ -178,7 +161,7 @@ class RecordingExtension:
         from vllm.distributed.parallel_state import get_world_group
 
         attached = self._moestat_attached()
-        total = gathered_counts(self, attached.counts(), adds_its_counts(self))
+        total = gathered_counts(self, attached.counts())
         if get_world_group().rank_in_group != 0:
             return None
         directory = os.path.dirname(os.path.abspath(path))
@@ -186,6 +169,10 @@ class RecordingExtension:
         write_logical_counts(path, total)
         logger.info("moestat: %d passes of routing written to %s", total.shape[0], path)
         return path
+
+    def moestat_faults(self) -> dict:
+        """This worker's recording faults, {kind: count} (recording.RecordingHandle)."""
+        return dict(self._moestat_attached().handle.faults)
 
     def moestat_detach(self) -> None:
         self._moestat_attached().close()
@@ -211,5 +198,5 @@ def _window_from_environment() -> int:
     return window
 
 
-__all__ = ["RecordingExtension", "WorkerRecording", "adds_its_counts", "gathered_counts", "ENV_RECORD_DIR",
+__all__ = ["RecordingExtension", "WorkerRecording", "gathered_counts", "ENV_RECORD_DIR",
            "ENV_RECORD_WINDOW", "DUMP_NAME"]

@@ -1,4 +1,4 @@
-"""The ids the Python integrations open a recorder's passes under: one counter for all of them.
+"""The ids the engine adapters open a recorder's passes under: one counter for all of them.
 
 A counting recorder files what a pass recorded under the id its caller gave ``begin_pass``
 (``Snapshot.pass_ids``, per-token ``token_pass_ids``), so a caller that keeps facts of its own
