@@ -1,5 +1,5 @@
 # `cmake --install`: the libraries, their public headers, the CMake package (moestatConfig.cmake
-# with the components cuda, nccl, mpi and http) and pkg-config's moestat.pc. The synthetic workload,
+# with the components cuda, nccl, mpi, http and llama_cpp) and pkg-config's moestat.pc. The synthetic workload,
 # the CLI and the Python module are not part of it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -30,6 +30,13 @@ if(TARGET moestat_dist_mpi)
   list(APPEND MOESTAT_BUILT_COMPONENTS mpi)
   install(TARGETS moestat_dist_mpi EXPORT moestatMpiTargets FILE_SET HEADERS)
   install(EXPORT moestatMpiTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
+endif()
+
+# llama_cpp links llama.cpp's shared libraries where this build found them (MOESTAT_LLAMA_CPP_DIR).
+if(TARGET moestat_llama_cpp)
+  list(APPEND MOESTAT_BUILT_COMPONENTS llama_cpp)
+  install(TARGETS moestat_llama_cpp EXPORT moestatLlamaCppTargets FILE_SET HEADERS)
+  install(EXPORT moestatLlamaCppTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 endif()
 
 if(TARGET moestat_online_http)

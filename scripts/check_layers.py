@@ -8,7 +8,8 @@ under src/<layer>/. CMake keeps a layer's private headers off other layers' incl
 this check covers what the compiler cannot see: `#include "../..."` (which finds any file
 from anywhere) and public headers of a layer above or beside the includer. Tools, the
 Python module, tests and benchmarks may include any public header, and only the private
-headers listed in WHITE_BOX (through the moestat_white_box CMake target).
+headers listed in WHITE_BOX (through the moestat_white_box CMake target). llama.cpp's headers
+(llama.h, ggml*.h, gguf.h) are included by the llama_cpp layer's sources and programs only.
 
 Prints file:line and the reason for every offending include; exits 1 if there is any.
 Usage: scripts/check_layers.py [REPOSITORY_ROOT]
@@ -39,6 +40,8 @@ USES = {
     # Per-request routes: io for their file (a safetensors container).
     "routes": {"core", "io"},
     "routes_cuda": {"routes", "cuda_support"},
+    # Recording inside llama.cpp: the one layer that includes llama.cpp's headers.
+    "llama_cpp": {"core"},
 }
 
 # Private folders shared beyond their own layer, with the layers given their include path.
@@ -68,6 +71,9 @@ QUOTED_ROOTS = ["tests", "src/core/internal", "src/cuda_support", "src"]
 TOP = "top"  # tools, python, tests, benchmarks: above every layer
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+# llama.cpp's headers (llama.h, ggml*.h, gguf.h): only the llama_cpp layer's sources, and the
+# programs above the layers, include them; public headers never do.
+LLAMA_CPP_HEADER = re.compile(r"^(llama|ggml|gguf)[-\w]*\.h$")
 
 
 def closure(layer):
@@ -148,6 +154,12 @@ def check_include(root, includer, quote, name):
     if quote == '"' and name.startswith("../"):
         return "#include \"../\" reaches into another folder; include through the layer's target"
     includer_layer = layer_of(includer)
+    if LLAMA_CPP_HEADER.match(name):
+        if includer.startswith("include/"):
+            return f"public headers may not include llama.cpp's {name}"
+        if includer_layer not in (TOP, "llama_cpp"):
+            return f"{includer_layer} may not include llama.cpp's {name} (only llama_cpp may)"
+        return None
     if quote == "<":
         if not name.startswith("moestat/"):
             return None  # system and third-party headers
