@@ -142,7 +142,7 @@ def test_a_refused_batch_changes_nothing():
 def test_gaps_hold_no_rows_and_are_bounded_by_the_capacity():
     recorder = one_layer_recorder(16)
     route_pass(recorder, [("a", 0, 1)], [[0, 1]])
-    with pytest.raises(moestat.Error, match="the most is capacity_tokens"):
+    with pytest.raises(moestat.Error, match="at most capacity_tokens \\(16\\) positions of gaps"):
         route_pass(recorder, [("a", 3 * 10**8, 1)], [[0, 1]])
     recorder.abort_pass()
     route_pass(recorder, [("a", 17, 1)], [[0, 1]])
