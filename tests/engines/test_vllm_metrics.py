@@ -134,7 +134,7 @@ def test_window_metrics_of_vllms_eplb_state(recorded):
     # what vLLM's step(log_stats=True) logged for each step, over its (3) EP ranks
     assert len(logged) == 7
     for args, p in zip(logged, passes):
-        ours = vllm_metrics.vllm_balancedness(p.reshape(NUM_LAYERS, NUM_RANKS, -1).sum(axis=2))
+        ours = moestat.balancedness_sum_ratio(p.reshape(NUM_LAYERS, NUM_RANKS, -1).sum(axis=2))
         assert float(ours) == pytest.approx(args[4], rel=1e-6)
     assert [args[4] for args in logged[-4:] if args[4]] == pytest.approx(list(vllm), rel=1e-6)
     assert logged[3][4] == 0.0  # the idle step

@@ -1,6 +1,7 @@
 """GPU balancedness as SGLang defines it, so its EPLB thresholds keep their meaning.
 
-Per pass and layer, each GPU's load is the sum of its physical slots' counts;
+Per pass and layer, each GPU's load is the sum of its physical slots' counts
+(moestat.gpu_loads);
 ``utilisation = (mean load + 1e-5) / (max load + 1e-5)``; a pass's balancedness is the mean
 over ALL layers (dense layers, with no load, score 1.0: SGLang counts them, so this does
 too). The dump's ``average_utilization_rate_over_window`` is the mean over the last 1000
@@ -13,12 +14,6 @@ from __future__ import annotations
 import torch
 
 HISTORY_LENGTH = 1000  # SGLang's longest balancedness window (EPLB_BALANCEDNESS_WINDOW_SIZES)
-
-
-def gpu_loads(physical_counts: torch.Tensor, num_gpus: int) -> torch.Tensor:
-    """[..., L, P] slot counts -> [..., L, num_gpus] loads (slots split evenly, in order)."""
-    *outer, num_layers, num_slots = physical_counts.shape
-    return physical_counts.reshape(*outer, num_layers, num_gpus, num_slots // num_gpus).sum(-1)
 
 
 def pass_balancedness(loads_of_pass: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._core import gpu_loads
 from ..engines.ranks import sum_over_ranks
 from . import balancedness
 
@@ -47,7 +48,7 @@ def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, devic
     output = dict(rank=rank, logical_count=logical_count,
                   average_utilization_rate_over_window=None)
     if config.reports_balancedness:
-        loads = balancedness.gpu_loads(torch.from_numpy(snapshot.physical_counts), num_gpus)
+        loads = torch.from_numpy(gpu_loads(snapshot.physical_counts, num_gpus))
         loads = sum_over_ranks(loads.to(device), adds=adds)
         per_pass = [balancedness.pass_balancedness(loads[i]).item() for i in range(loads.shape[0])]
         if config.dump_has_utilization:

@@ -42,31 +42,26 @@ import torch
 from vllm.distributed.eplb.policy.abstract import AbstractEplbPolicy
 from vllm.distributed.eplb.policy.default import DefaultEplbPolicy
 
-from .._core import plan_moestat
+from .._core import Error, Placement, balancedness_sum_ratio, placement_gpu_loads, plan_moestat
 from . import offline
 
 logger = logging.getLogger(__name__)
 
 
 def rank_loads(weight, physical_to_logical, num_ranks):
-    """[L, R] float64: each rank's load, an expert's load split evenly over its replicas.
-
-    weight [L, E] (numpy or torch), physical_to_logical [L, P] with every id in [0, E)."""
+    """[L, R] float64: each rank's load, an expert's load split evenly over its replicas
+    (moestat.placement_gpu_loads). weight [L, E] (numpy or torch), physical_to_logical [L, P]
+    holding every expert of [0, E) in each layer."""
     weight = _as_float64(weight)
-    phy2log = np.asarray(physical_to_logical, dtype=np.int64)
-    num_layers, num_experts = weight.shape
-    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
-    np.add.at(counts, (np.arange(num_layers)[:, None], phy2log), 1)
-    per_slot = np.take_along_axis(weight / np.maximum(counts, 1), phy2log, axis=1)
-    return per_slot.reshape(num_layers, num_ranks, -1).sum(axis=2)
+    placement = Placement(np.ascontiguousarray(physical_to_logical, dtype=np.int64),
+                          num_logical_experts=weight.shape[1])
+    return placement_gpu_loads(weight, placement, num_ranks)
 
 
 def balancedness(weight, physical_to_logical, num_ranks):
     """vLLM's balancedness of a placement under a load: sum over layers of the mean rank load
     over the sum over layers of the max rank load (0 without load, as vLLM logs it)."""
-    loads = rank_loads(weight, physical_to_logical, num_ranks)
-    total_max = loads.max(axis=1).sum()
-    return float(loads.mean(axis=1).sum() / total_max) if total_max > 0 else 0.0
+    return float(balancedness_sum_ratio(rank_loads(weight, physical_to_logical, num_ranks)))
 
 
 def remote_copies(old_physical_to_logical, new_physical_to_logical, num_ranks):
@@ -87,17 +82,16 @@ def remote_copies(old_physical_to_logical, new_physical_to_logical, num_ranks):
 
 
 def is_valid_map(physical_to_logical, num_layers, num_replicas, num_experts):
-    """Whether a [L, P] map holds ids in [0, E) with every expert at least once per layer."""
+    """Whether a [L, P] integer map holds ids in [0, E) with every expert at least once per
+    layer (moestat.Placement's check)."""
     phy2log = np.asarray(physical_to_logical)
     if phy2log.shape != (num_layers, num_replicas) or not np.issubdtype(phy2log.dtype, np.integer):
         return False
-    if phy2log.size == 0:
-        return num_experts == 0
-    if phy2log.min() < 0 or phy2log.max() >= num_experts:
+    try:
+        Placement(np.ascontiguousarray(phy2log, dtype=np.int64), num_logical_experts=num_experts)
+    except Error:
         return False
-    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
-    np.add.at(counts, (np.arange(num_layers)[:, None], phy2log.astype(np.int64)), 1)
-    return bool((counts > 0).all())
+    return True
 
 
 def _as_float64(weight):

@@ -77,15 +77,6 @@ def _loaded_window(source, model, num_ranks, num_logical_experts):
     return window[loaded], logical[loaded], phy2log, ranks
 
 
-def vllm_balancedness(gpu_loads):
-    """vLLM's balancedness of one step's GPU loads [L, R] (``_compute_eplb_load_stats``: the sum
-    over layers of the mean rank load over that of the max; 0 without load), or of each of
-    [n, L, R]."""
-    loads = np.asarray(gpu_loads, dtype=np.float64)
-    mean, peak = loads.mean(axis=-1).sum(axis=-1), loads.max(axis=-1).sum(axis=-1)
-    return np.where(peak > 0, mean / np.where(peak > 0, peak, 1), 0.0)
-
-
 def _means(values):
     return {n: float(values[-n:].mean()) if len(values) else float("nan") for n in MEAN_WINDOWS}
 
@@ -120,7 +111,8 @@ def window_metrics(source, model=None, *, num_ranks=None, num_logical_experts=No
         values = metrics.update()
         balancedness[step] = values.last_pass_balancedness
         gpu_loads[step] = values.last_pass_gpu_loads
-    vllm_values = vllm_balancedness(gpu_loads)
+    # vLLM's _compute_eplb_load_stats: sum over layers of the mean rank load over the max's
+    vllm_values = np.asarray(_core.balancedness_sum_ratio(gpu_loads), dtype=np.float64)
     vllm_means = _means(vllm_values)
     text = _core.prometheus_text(values)
     if steps:
@@ -167,4 +159,4 @@ def advise(source, model=None, *, seconds_per_balanced_pass, horizon_passes=None
         horizon_passes=int(horizon_passes), num_groups=num_groups, num_nodes=num_nodes, **options)
 
 
-__all__ = ["WindowMetrics", "window_metrics", "advise", "vllm_balancedness", "MEAN_WINDOWS"]
+__all__ = ["WindowMetrics", "window_metrics", "advise", "MEAN_WINDOWS"]

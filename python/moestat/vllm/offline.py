@@ -62,7 +62,7 @@ _LOAD_FILE_PATTERN = re.compile(
 
 _lock = threading.Lock()
 _logged = set()
-_placements = {}  # (path, L, P) -> (map [L, P] int64 or None, why not)
+_placements = {}  # (path, L, P, E) -> (map [L, P] int64 or None, why not)
 _next_number = {}  # directory -> the number its next window takes
 # The faults of this process's rearranges: vLLM calls its EPLB policy's class, so there is no
 # instance to own them.
@@ -242,18 +242,12 @@ def static_placement(num_layers, num_replicas, num_experts):
     if not path:
         return None
     try:
-        phy2log, why_not = _read_placement_once(path, num_layers, num_replicas)
+        phy2log, why_not = _read_placement_once(path, num_layers, num_replicas, num_experts)
         if phy2log is None:
             _fault("placement", (path, why_not),
-                   "ignoring %s=%s (%s); vLLM's EPLB plans as usual", ENV_PLACEMENT,
-                   path, why_not)
-            return None
-        problem = _misfit(phy2log, num_layers, num_replicas, num_experts)
-        if problem:
-            _fault("placement", (path, problem),
-                   "not using %s=%s for vLLM's [%d, %d] map of %d experts (%s); "
-                   "vLLM's EPLB plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas,
-                   num_experts, problem)
+                   "ignoring %s=%s for vLLM's [%d, %d] map of %d experts (%s); vLLM's EPLB "
+                   "plans as usual", ENV_PLACEMENT, path, num_layers, num_replicas, num_experts,
+                   why_not)
             return None
         _log_once(("placement-used", path, num_layers, num_replicas, num_experts), logging.INFO,
                   "moestat: vLLM's EPLB serves the placement %s ([%d, %d])", path, num_layers,
@@ -266,39 +260,24 @@ def static_placement(num_layers, num_replicas, num_experts):
         return None
 
 
-def _read_placement_once(path, num_layers, num_replicas):
+def _read_placement_once(path, num_layers, num_replicas, num_experts):
     """(map, None) or (None, why not) for the placement at path read as vLLM's [num_layers,
-    num_replicas] map: read once per process and shape."""
-    key = (path, int(num_layers), int(num_replicas))
+    num_replicas] map of num_experts experts, each held at least once per layer (moestat's
+    Placement checks it): read once per process and shape."""
+    key = (path, int(num_layers), int(num_replicas), int(num_experts))
     with _lock:
         if key in _placements:
             return _placements[key]
     try:
         from .._core import read_placement
 
-        placement = read_placement(path, num_layers=key[1], num_physical_experts=key[2])
+        placement = read_placement(path, num_logical_experts=key[3], num_layers=key[1],
+                                   num_physical_experts=key[2])
         result = (np.ascontiguousarray(placement.physical_to_logical, dtype=np.int64), None)
     except Exception as error:  # noqa: BLE001 - moestat.Error, OSError, ...
-        result = (None, f"unreadable: {error}")
+        result = (None, str(error))
     with _lock:
         return _placements.setdefault(key, result)
-
-
-def _misfit(phy2log, num_layers, num_replicas, num_experts):
-    """Why a map cannot serve vLLM's [num_layers, num_replicas] map of num_experts experts
-    ('' when it can)."""
-    if phy2log.ndim != 2 or phy2log.shape != (num_layers, num_replicas):
-        return f"its map is {list(phy2log.shape)}, vLLM's is [{num_layers}, {num_replicas}]"
-    if phy2log.size and (phy2log.min() < 0 or phy2log.max() >= num_experts):
-        return f"expert ids outside [0, {num_experts})"
-    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
-    np.add.at(counts, (np.arange(num_layers)[:, None], phy2log), 1)
-    missing = np.argwhere(counts == 0)
-    if len(missing):
-        layer, expert = missing[0].tolist()
-        return (f"{len(missing)} experts without a replica, the first expert {expert} of "
-                f"layer {layer}")
-    return ""
 
 
 # --- vLLM's load window tensors ---------------------------------------------------------------
