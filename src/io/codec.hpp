@@ -82,6 +82,7 @@ const Codec& json_codec();
 const Codec& pt_codec();
 const Codec& safetensors_codec();
 const Codec& trace_codec();
+const Codec& gguf_codec();
 
 // ---- SGLang's .pt layout (pt_codec.cpp), for the .pt functions of io/sglang.hpp ----
 

@@ -22,16 +22,20 @@ constexpr std::array<std::string_view, 2> kPtExtensions{".pt", ".pth"};
 constexpr std::array<std::string_view, 2> kTraceExtensions{".trace", ".moetrace"};
 constexpr std::array<std::string_view, 1> kSafetensorsExtensions{".safetensors"};
 constexpr std::array<std::string_view, 1> kJsonExtensions{".json"};
+constexpr std::array<std::string_view, 1> kGgufExtensions{".gguf"};
 
 // In the order detection tries them: signatures are exclusive, but of the shapes a bare
 // pickle or a trace's byte-order mark says more than a '{'. Traces have no extension of
 // their own, but moestat's tests and examples call them .trace.
-constexpr std::array<FormatEntry, 4> kFormats{{
+constexpr std::array<FormatEntry, 5> kFormats{{
     {{FileFormat::kPt, "pt", "torch .pt (zip + pickle)", kPtExtensions, true}, detail::pt_codec},
     {{FileFormat::kTrace, "trace", "moestat per-token trace", kTraceExtensions, false},
      detail::trace_codec},
     {{FileFormat::kSafetensors, "safetensors", "safetensors", kSafetensorsExtensions, true},
      detail::safetensors_codec},
+    {{FileFormat::kGguf, "gguf", "GGUF (llama.cpp; imatrix counts are read)", kGgufExtensions,
+      false},
+     detail::gguf_codec},
     {{FileFormat::kJson, "json", "JSON", kJsonExtensions, true}, detail::json_codec},
 }};
 
@@ -80,7 +84,7 @@ FileFormat detect(const std::filesystem::path& path, std::string_view bytes) {
   }
   MOESTAT_CHECK(!bytes.empty(), "{}: the file is empty", path.string());
   MOESTAT_FAIL(
-      "{}: not a file moestat reads: no .pt (zip), safetensors or trace signature, and not "
+      "{}: not a file moestat reads: no .pt (zip), safetensors, trace or GGUF signature, and not "
       "JSON (it starts with \"{}\"; name it .json, .pt, .safetensors or .trace to have that "
       "format's reader say what is wrong)",
       path.string(), bytes.substr(0, 16));

@@ -85,7 +85,7 @@ TEST(FormatRegistry, NamesEveryFormatOnceAndPicksWrittenOnesByExtension) {
       }
     }
   }
-  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names.size(), 5u);
   EXPECT_EQ(io::written_extensions_text(), ".json, .pt, .pth or .safetensors");
 }
 

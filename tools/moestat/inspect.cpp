@@ -1,6 +1,7 @@
-// `moestat inspect FILE [--json]`: says what a file is (JSON, .pt, safetensors, trace) and
-// summarises it.
+// `moestat inspect FILE [--json]`: says what a file is (JSON, .pt, safetensors, trace, GGUF)
+// and summarises it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <moestat/checked_math.hpp>
 #include <moestat/io/document.hpp>
 #include <moestat/io/formats.hpp>
+#include <moestat/io/gguf.hpp>
 #include <moestat/io/statistics.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/printable.hpp>
@@ -217,6 +219,11 @@ class InspectCommand final : public Command {
         inspect_contents(detected.format, lines, out);
         break;
       }
+      case io::FileFormat::kGguf:
+        inspect_statistics(detected, out);
+        inspect_contents(detected.format, gguf_lines(io::read_gguf_header(detected.data(), path_)),
+                         out);
+        break;
     }
     if (json_) fmt::print("{}\n", out.dump(2, ' ', false, Json::error_handler_t::replace));
     return kExitOk;
@@ -386,6 +393,22 @@ class InspectCommand final : public Command {
   }
 
   static constexpr std::size_t kMaxContentLines = 200;
+
+  /// A GGUF file's metadata, then its tensors, the first kMaxContentLines of them: a model's
+  /// header names a thousand tensors.
+  static std::vector<std::pair<std::string, std::string>> gguf_lines(const io::GgufHeader& header) {
+    std::vector<std::pair<std::string, std::string>> lines;
+    for (const auto& [key, value] : header.metadata) {
+      if (lines.size() == kMaxContentLines) return lines;
+      lines.emplace_back(printable(key), printable(value.text));
+    }
+    for (const io::GgufTensorInfo& tensor : header.tensors) {
+      if (lines.size() == kMaxContentLines) break;
+      lines.emplace_back(printable(tensor.name), fmt::format("ggml type {} [{}]", tensor.type,
+                                                             fmt::join(tensor.shape, ", ")));
+    }
+    return lines;
+  }
 
   /// A snapshot is read as the document it is (it holds more than its counts: mode, tokens,
   /// drops); any other JSON file as every command reads it, through io::read_statistics_file.

@@ -18,7 +18,7 @@
 namespace moestat::io {
 
 /// What a file holds, detected from its first bytes, then its name (detect_file_format).
-enum class FileFormat : std::uint8_t { kJson, kPt, kSafetensors, kTrace };
+enum class FileFormat : std::uint8_t { kJson, kPt, kSafetensors, kTrace, kGguf };
 
 /// What moestat knows of one format.
 struct FileFormatInfo {
@@ -34,17 +34,18 @@ struct FileFormatInfo {
 /// Every format, in the order detection tries their signatures.
 std::span<const FileFormatInfo> file_formats() noexcept;
 const FileFormatInfo& file_format_info(FileFormat format);
-/// "json", "pt", "safetensors" or "trace".
+/// "json", "pt", "safetensors", "trace" or "gguf".
 std::string_view file_format_name(FileFormat format) noexcept;
 /// The extensions statistics are written under, for help texts and errors: ".json, .pt,
 /// .pth or .safetensors".
 std::string written_extensions_text();
 
 /// A signature first (a zip is .pt, "MOETRACE" a trace, a binary little-endian size then
-/// '{' safetensors), then the extension (.json, .pt / .pth, .safetensors, .trace /
-/// .moetrace), then the first bytes (a bare pickle is a legacy .pt, a trace's byte-order
-/// mark a trace, '{' or '[' JSON); docs/formats.md says why in that order. moestat::Error
-/// naming the path when it cannot be read, is empty, or is none of these.
+/// '{' safetensors, "GGUF" llama.cpp's GGUF), then the extension (.json, .pt / .pth,
+/// .safetensors, .trace / .moetrace, .gguf), then the first bytes (a bare pickle is a
+/// legacy .pt, a trace's byte-order mark a trace, '{' or '[' JSON); docs/formats.md says why
+/// in that order. moestat::Error naming the path when it cannot be read, is empty, or is none
+/// of these.
 FileFormat detect_file_format(const std::filesystem::path& path);
 /// The format a path's extension names among those statistics are written in (.json,
 /// .pt / .pth, .safetensors); moestat::Error naming the path for any other extension.
