@@ -2,9 +2,10 @@
 // POSIX calls rather than iostreams, because fsync, fchmod and an exclusive create need the fd.
 //
 // Around it: the target's directory opened name by name (links checked as the kernel's
-// protected_symlinks does), the checks a command runs on its outputs before writing any, a
-// table of the temporary files being written (so a signal handler can remove them), and a
-// sweep of the temporary files an interrupted write of the same target left behind.
+// protected_symlinks does; open_output_in_place, for files written where they lie, shares
+// it), the checks a command runs on its outputs before writing any, a table of the temporary
+// files being written (so a signal handler can remove them), and a sweep of the temporary
+// files an interrupted write of the same target left behind.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -355,6 +356,15 @@ OutputLocation open_output(const std::filesystem::path& path) {
 }  // namespace
 
 void check_output_path(const std::filesystem::path& path) { open_output(path); }
+
+int open_output_in_place(const std::filesystem::path& path, int flags) {
+  const OutputLocation output = open_output(path);
+  // O_NOFOLLOW: a link put in place of the name after the checks above is not written through.
+  const int fd = ::openat(output.directory.fd.get(), output.name.c_str(),
+                          flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  MOESTAT_CHECK(fd >= 0, "cannot write {}: {}", path.string(), std::strerror(errno));
+  return fd;
+}
 
 void remove_temporary_files() noexcept {
   for (TemporarySlot& slot : temporary_slots) {

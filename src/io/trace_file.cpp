@@ -12,6 +12,7 @@
 #include <limits>
 #include <moestat/error.hpp>
 #include <moestat/io/files.hpp>
+#include <moestat/io/output_file.hpp>
 #include <moestat/io/trace_file.hpp>
 #include <moestat/tensor_view.hpp>
 #include <thread>
@@ -59,8 +60,8 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   MOESTAT_CHECK(header.num_layers > 0 && header.top_k > 0 && header.num_physical_experts > 0 &&
                     header.num_logical_experts > 0,
                 "trace {}: header needs positive sizes", path.string());
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // RDWR: mapped
-  MOESTAT_CHECK(fd_ >= 0, "cannot create trace file {}: {}", path.string(), std::strerror(errno));
+  // RDWR: mapped. The same rules on links as every other output (io/output_file.hpp).
+  fd_ = io::open_output_in_place(path, O_RDWR | O_TRUNC);
   std::vector<char> bytes(kMagic.begin(), kMagic.end());
   put(bytes, kFormatVersion);
   put(bytes, kByteOrderMark);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <moestat/io/files.hpp>
 #include <moestat/io/output_file.hpp>
+#include <moestat/io/trace_file.hpp>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,17 @@ TEST_F(HostileLinks, AnotherUsersDirectoryLinkInAStickySharedDirectoryIsNotFollo
   }
   expect_untouched(sticky());
   EXPECT_TRUE(fs::is_symlink(sticky() / "dirlink"));
+}
+
+TEST_F(HostileLinks, TraceFilesAreWrittenUnderTheSameRule) {
+  // A trace file is written where it lies (io::open_output_in_place), not renamed into place:
+  // its directory is walked the same way.
+  make_link(victim(), sticky() / "dirlink", kOtherUser);
+  const io::TraceHeader header{
+      .num_layers = 1, .num_logical_experts = 2, .num_physical_experts = 2, .top_k = 1};
+  expect_error([&] { io::TraceWriter(sticky() / "dirlink" / "file.json", header); },
+               {"is a symbolic link", "owned by user 65534", "protected_symlinks"});
+  expect_untouched(sticky());
 }
 
 TEST_F(HostileLinks, AHostileLinkIsRefusedWhereverTheWalkMeetsIt) {

@@ -208,7 +208,20 @@ TEST(TraceFile, RefusesImplausibleHeadersAndPartialTokens) {
   const std::vector<std::int32_t> partial(kTokenSize + 1, 0);
   expect_error([&] { writer.append(0, 0, partial); }, {"whole number of tokens"});
   expect_error([&] { io::TraceWriter(dir.path() / "no-such-dir" / "z.bin", kHeader); },
-               {"cannot create trace file"});
+               {"cannot write", "no-such-dir", "No such file or directory"});
+}
+
+TEST(TraceFile, NeitherWritesThroughNorReplacesALink) {
+  // The rules of every other output (io/output_file.hpp): truncated through a link, a trace
+  // path would empty whatever the link points to.
+  ScratchDir dir;
+  std::ofstream(dir.path() / "kept.bin") << "keep";
+  std::filesystem::create_symlink(dir.path() / "kept.bin", dir.path() / "trace.bin");
+  expect_error([&] { io::TraceWriter(dir.path() / "trace.bin", kHeader); },
+               {"trace.bin", "is a symbolic link", "kept.bin"});
+  std::ifstream in(dir.path() / "kept.bin");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.path() / "trace.bin"));
 }
 
 /// A trace laid out by hand: magic, `version`, byte order, L=1 E=2 P=2 k=1, then `extra`

@@ -17,6 +17,13 @@ namespace moestat::io {
 /// outputs check them all first, so that an error writes none of them.
 void check_output_path(const std::filesystem::path& path);
 
+/// For a file written where it lies as it grows (a trace file, which a reader may follow and
+/// that cannot be renamed into place): opens `path` with `flags` | O_CREAT | O_NOFOLLOW, as
+/// write_file_atomically reaches it (the same checks as check_output_path, the directory
+/// walked with the same rule on links), and returns the descriptor, which the caller owns.
+/// moestat::Error naming the path when it cannot.
+int open_output_in_place(const std::filesystem::path& path, int flags);
+
 /// How old a temporary file of an interrupted write must be before the next write of the same
 /// target removes it. A file whose writer (the process id in its name) is no longer alive on
 /// this machine waits kStaleTemporaryAgeOfDeadWriter, so that a writer on another machine
