@@ -348,9 +348,9 @@ def write_placement(path: str | os.PathLike, placement: Placement) -> None:
     Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's --init-expert-location reads. Atomic.
     """
 
-def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike | None = None) -> pathlib.Path:
+def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike | None = None, *, passes: dict | None = None) -> pathlib.Path:
     """
-    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). Returns the path.
+    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). passes: {pass_id: {'forward_pass_id': int, 'metadata': dict or None, 'misc_objects': list}}, what the engine said of each recorded pass: per_pass and per_token records are then exactly SGLang's (forward_pass_id, the batch metadata, misc_objects, one per-token record per pass, as many tokens as its input_ids). Returns the path.
     """
 
 class HotExpert:

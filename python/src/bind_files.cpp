@@ -35,6 +35,80 @@ CountWindow counts_of(const AnyArray& array) {
   return counts;
 }
 
+constexpr const char* kWriteSglangDump = "write_sglang_dump";
+
+/// A Python value of what SGLang's records hold beside tensors (None, bool, int, float, str,
+/// list, tuple, dict with str or int keys, nested at most PtReadLimits' depth) as a PtValue;
+/// TypeError naming `what` otherwise.
+io::PtValue pt_value_of(nb::handle value, const char* what, std::size_t depth = 0) {
+  MOESTAT_CHECK(depth <= io::PtReadLimits{}.max_depth, "{}: {} is nested deeper than {}",
+                kWriteSglangDump, what, io::PtReadLimits{}.max_depth);
+  const auto items = [&](nb::handle sequence) {
+    io::PtList out;
+    for (nb::handle item : sequence) out.push_back(pt_value_of(item, what, depth + 1));
+    return out;
+  };
+  if (value.is_none()) return {};
+  if (nb::isinstance<nb::bool_>(value)) return nb::cast<bool>(value);
+  if (nb::isinstance<nb::int_>(value)) {
+    return integer_argument<std::int64_t>(value, kWriteSglangDump, what);
+  }
+  if (nb::isinstance<nb::float_>(value)) return nb::cast<double>(value);
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  if (nb::isinstance<nb::list>(value)) return items(value);
+  if (nb::isinstance<nb::tuple>(value)) return io::PtTuple{items(value)};
+  if (nb::isinstance<nb::dict>(value)) {
+    io::PtDict out;
+    for (const auto& [key, item] : nb::borrow<nb::dict>(value)) {
+      if (!nb::isinstance<nb::str>(key) && !nb::isinstance<nb::int_>(key)) {
+        raise_argument_type(kWriteSglangDump, what, "a dict with str or int keys", key);
+      }
+      out.emplace_back(pt_value_of(key, what, depth + 1), pt_value_of(item, what, depth + 1));
+    }
+    return out;
+  }
+  raise_argument_type(kWriteSglangDump, what, "None, bool, int, float, str, list, tuple or dict",
+                      value);
+}
+
+/// {pass_id: {"forward_pass_id": int, "metadata": dict or None, "misc_objects": list}}, as
+/// an SGLang adapter keeps its passes, as the writer's records (None: none).
+std::vector<io::SglangPassRecord> pass_records_of(nb::handle passes) {
+  std::vector<io::SglangPassRecord> out;
+  if (passes.is_none()) return out;
+  if (!nb::isinstance<nb::dict>(passes)) {
+    raise_argument_type(kWriteSglangDump, "passes", "a dict of pass records or None", passes);
+  }
+  for (const auto& [pass_id, info] : nb::borrow<nb::dict>(passes)) {
+    if (!nb::isinstance<nb::dict>(info)) {
+      raise_argument_type(kWriteSglangDump, "passes", "a dict per pass", info);
+    }
+    const nb::dict fields = nb::borrow<nb::dict>(info);
+    io::SglangPassRecord& record = out.emplace_back();
+    record.pass_id = integer_argument<std::int64_t>(pass_id, kWriteSglangDump, "passes");
+    MOESTAT_CHECK(fields.contains("forward_pass_id"),
+                  "{}: the record of pass {} has no forward_pass_id", kWriteSglangDump,
+                  record.pass_id);
+    record.forward_pass_id = integer_argument<std::int64_t>(fields["forward_pass_id"],
+                                                            kWriteSglangDump, "forward_pass_id");
+    const nb::handle metadata = fields.contains("metadata") ? fields["metadata"] : nb::none();
+    if (!metadata.is_none()) {
+      if (!nb::isinstance<nb::dict>(metadata)) {
+        raise_argument_type(kWriteSglangDump, "metadata", "a dict or None", metadata);
+      }
+      record.metadata = pt_value_of(metadata, "metadata").dict();
+    }
+    if (fields.contains("misc_objects")) {
+      const nb::object misc = fields["misc_objects"];
+      if (!nb::isinstance<nb::list>(misc)) {
+        raise_argument_type(kWriteSglangDump, "misc_objects", "a list", misc);
+      }
+      record.misc_objects = pt_value_of(misc, "misc_objects").list();
+    }
+  }
+  return out;
+}
+
 /// The counts as numpy: [W, L, E], or [L, E] when the source has no window axis; int64, or
 /// float64 for a fractional window.
 nb::object counts_array(CountWindow& counts) {
@@ -164,8 +238,9 @@ void bind_files(nb::module_& module) {
       "--init-expert-location reads. Atomic.");
   module.def(
       "write_sglang_dump",
-      [](nb::handle snapshot, nb::handle placement, nb::handle rank, nb::handle directory) {
-        constexpr const char* kFunction = "write_sglang_dump";
+      [](nb::handle snapshot, nb::handle placement, nb::handle rank, nb::handle directory,
+         nb::handle passes) {
+        constexpr const char* kFunction = kWriteSglangDump;
         const Snapshot& snapshot_value =
             instance_argument<Snapshot>(snapshot, kFunction, "snapshot", "a moestat.Snapshot");
         const Placement& placement_value =
@@ -174,17 +249,24 @@ void bind_files(nb::module_& module) {
         const std::filesystem::path directory_path =
             directory.is_none() ? std::filesystem::path()
                                 : path_argument(directory, kFunction, "directory");
+        const std::vector<io::SglangPassRecord> records = pass_records_of(passes);
         nb::gil_scoped_release unlocked;
-        return io::write_sglang_dump(snapshot_value, placement_value, rank_value, directory_path);
+        return io::write_sglang_dump(snapshot_value, placement_value, rank_value, directory_path,
+                                     records);
       },
       "snapshot"_a.none(), "placement"_a.none(), "rank"_a.none() = 0,
-      "directory"_a.none() = nb::none(),
+      "directory"_a.none() = nb::none(), nb::kw_only(), "passes"_a.none() = nb::none(),
       nb::sig("def write_sglang_dump(snapshot: moestat._core.Snapshot, placement: "
               "moestat._core.Placement, rank: int = 0, "
-              "directory: str | os.PathLike | None = None) -> pathlib.Path"),
+              "directory: str | os.PathLike | None = None, *, "
+              "passes: dict | None = None) -> pathlib.Path"),
       "Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and "
       "placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, "
-      "else /tmp). Returns the path.");
+      "else /tmp). passes: {pass_id: {'forward_pass_id': int, 'metadata': dict or None, "
+      "'misc_objects': list}}, what the engine said of each recorded pass: per_pass and "
+      "per_token records are then exactly SGLang's (forward_pass_id, the batch metadata, "
+      "misc_objects, one per-token record per pass, as many tokens as its input_ids). Returns "
+      "the path.");
 }
 
 }  // namespace moestat::python

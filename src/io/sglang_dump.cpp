@@ -1,4 +1,5 @@
 // SGLang's expert-distribution dumps: names, directory and the dicts of each mode.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <moestat/error.hpp>
@@ -20,11 +21,61 @@ void require_same_topology(const Snapshot& snapshot, const Placement& placement)
                 snapshot.num_physical_experts);
 }
 
-PtDict record(std::int64_t pass_id, std::int64_t rank, HostTensor physical_count) {
-  return {{PtValue("forward_pass_id"), PtValue(pass_id)},
+PtDict record_head(std::int64_t forward_pass_id, std::int64_t rank) {
+  return {{PtValue("forward_pass_id"), PtValue(forward_pass_id)},
           {PtValue("rank"), PtValue(rank)},
-          {PtValue("gatherer_key"), PtValue(std::string(kGathererKey))},
-          {PtValue("global_physical_count"), PtValue(std::move(physical_count))}};
+          {PtValue("gatherer_key"), PtValue(std::string(kGathererKey))}};
+}
+
+/// The engine's record of pass `pass_id` among `passes`; moestat::Error when it has none.
+const SglangPassRecord& record_of(std::span<const SglangPassRecord> passes, std::int64_t pass_id) {
+  const auto found = std::find_if(passes.begin(), passes.end(),
+                                  [&](const SglangPassRecord& r) { return r.pass_id == pass_id; });
+  MOESTAT_CHECK(found != passes.end(), "SGLang dump: no record of the engine's for pass {}",
+                pass_id);
+  return *found;
+}
+
+/// The tokens of a per-token record: as many as the metadata's input_ids, else `kept`.
+std::int64_t record_tokens(const PtDict& metadata, std::int64_t kept) {
+  for (const auto& [key, value] : metadata) {
+    if (key.kind() == PtValue::Kind::kStr && key.as_str() == "input_ids") {
+      return std::int64_t(value.list().size());
+    }
+  }
+  return kept;
+}
+
+/// A per-token record in SGLang's key order: the pass's first `tokens` tokens, those of the
+/// `kept` from snapshot row `first` on, the rest -1.
+PtDict token_record(const Snapshot& snapshot, std::int64_t rank, std::int64_t forward_pass_id,
+                    std::int64_t first, std::int64_t kept, std::int64_t tokens, PtDict metadata,
+                    PtList misc_objects) {
+  const std::int64_t layers = snapshot.num_layers;
+  const std::int64_t top_k = snapshot.top_k;
+  const std::int64_t slots = snapshot.num_physical_experts;
+  const std::int64_t columns = std::max(kSglangTopkColumns, top_k);
+  // SGLang keeps ids layer-major: topk_ids_of_layer[layer][token][k].
+  std::vector<std::int32_t> ids(std::size_t(layers * tokens * columns), -1);
+  std::vector<std::int64_t> physical(std::size_t(layers * slots), 0);
+  for (std::int64_t t = 0; t < std::min(kept, tokens); ++t) {
+    for (std::int64_t l = 0; l < layers; ++l) {
+      for (std::int64_t k = 0; k < top_k; ++k) {
+        const std::int32_t id =
+            snapshot.token_physical_ids[std::size_t(((first + t) * layers + l) * top_k + k)];
+        ids[std::size_t((l * tokens + t) * columns + k)] = id;
+        if (id >= 0) ++physical[std::size_t(l * slots + id)];
+      }
+    }
+  }
+  PtDict entry = record_head(forward_pass_id, rank);
+  for (auto& item : metadata) entry.push_back(std::move(item));
+  entry.emplace_back(PtValue("topk_ids_of_layer"),
+                     PtValue(HostTensor::of<std::int32_t>({layers, tokens, columns}, ids)));
+  entry.emplace_back(PtValue("misc_objects"), PtValue(std::move(misc_objects)));
+  entry.emplace_back(PtValue("global_physical_count"),
+                     PtValue(detail::count_tensor({layers, slots}, physical)));
+  return entry;
 }
 
 PtValue dump_of(PtList records, const Placement& placement) {
@@ -62,7 +113,7 @@ PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
 }
 
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
-                             std::int64_t rank) {
+                             std::int64_t rank, std::span<const SglangPassRecord> passes) {
   validate_snapshot(snapshot);
   require_same_topology(snapshot, last_placement);
   MOESTAT_CHECK(snapshot.mode != RecordMode::kPerToken && snapshot.mode != RecordMode::kDecayed,
@@ -71,59 +122,57 @@ PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_pla
   const std::int64_t slice = snapshot.num_layers * snapshot.num_physical_experts;
   PtList records;
   for (std::int64_t pass = 0; pass < snapshot.window_size(); ++pass) {
+    const std::int64_t pass_id = snapshot.pass_ids[std::size_t(pass)];
     const std::span<const std::int64_t> counts(snapshot.physical_counts.data() + pass * slice,
                                                std::size_t(slice));
-    records.emplace_back(
-        record(snapshot.pass_ids[std::size_t(pass)], rank,
-               detail::count_tensor({snapshot.num_layers, snapshot.num_physical_experts}, counts)));
+    PtDict entry =
+        record_head(passes.empty() ? pass_id : record_of(passes, pass_id).forward_pass_id, rank);
+    entry.emplace_back(PtValue("global_physical_count"),
+                       PtValue(detail::count_tensor(
+                           {snapshot.num_layers, snapshot.num_physical_experts}, counts)));
+    records.emplace_back(std::move(entry));
   }
   return dump_of(std::move(records), last_placement);
 }
 
 PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_placement,
-                              std::int64_t rank) {
+                              std::int64_t rank, std::span<const SglangPassRecord> passes) {
   validate_snapshot(snapshot);
   require_same_topology(snapshot, last_placement);
   MOESTAT_CHECK(snapshot.mode == RecordMode::kPerToken,
                 "a per-token dump needs a per_token snapshot, not {}",
                 record_mode_name(snapshot.mode));
-  const std::int64_t layers = snapshot.num_layers;
-  const std::int64_t top_k = snapshot.top_k;
-  const std::int64_t slots = snapshot.num_physical_experts;
-  const std::int64_t token_size = layers * top_k;
+  // Kept tokens come in recording order, so each pass's tokens are consecutive and ascending.
+  const auto& token_passes = snapshot.token_pass_ids;
   PtList records;
-  // Kept tokens come in recording order, so each pass's tokens are consecutive.
-  for (std::int64_t first = 0; first < snapshot.num_tokens();) {
-    const std::int64_t pass_id = snapshot.token_pass_ids[std::size_t(first)];
-    std::int64_t end = first;
-    while (end < snapshot.num_tokens() && snapshot.token_pass_ids[std::size_t(end)] == pass_id) {
-      ++end;
+  if (passes.empty()) {
+    for (auto first = token_passes.begin(); first != token_passes.end();) {
+      const auto end = std::upper_bound(first, token_passes.end(), *first);
+      const auto kept = std::int64_t(end - first);
+      records.emplace_back(
+          token_record(snapshot, rank, *first, first - token_passes.begin(), kept, kept, {}, {}));
+      first = end;
     }
-    const std::int64_t tokens = end - first;
-    // SGLang keeps ids layer-major: topk_ids_of_layer[layer][token][k].
-    std::vector<std::int32_t> ids(std::size_t(tokens * token_size));
-    std::vector<std::int64_t> physical(std::size_t(layers * slots), 0);
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      for (std::int64_t l = 0; l < layers; ++l) {
-        for (std::int64_t k = 0; k < top_k; ++k) {
-          const std::int32_t id =
-              snapshot.token_physical_ids[std::size_t((first + t) * token_size + l * top_k + k)];
-          ids[std::size_t((l * tokens + t) * top_k + k)] = id;
-          if (id >= 0) ++physical[std::size_t(l * slots + id)];
-        }
-      }
-    }
-    PtDict entry = record(pass_id, rank, detail::count_tensor({layers, slots}, physical));
-    entry.emplace_back(PtValue("topk_ids_of_layer"),
-                       PtValue(HostTensor::of<std::int32_t>({layers, tokens, top_k}, ids)));
-    records.emplace_back(std::move(entry));
-    first = end;
+    return dump_of(std::move(records), last_placement);
+  }
+  std::vector<const SglangPassRecord*> in_order;
+  for (const SglangPassRecord& pass : passes) in_order.push_back(&pass);
+  std::sort(in_order.begin(), in_order.end(),
+            [](const auto* a, const auto* b) { return a->pass_id < b->pass_id; });
+  for (const SglangPassRecord* pass : in_order) {
+    const auto [first, end] =
+        std::equal_range(token_passes.begin(), token_passes.end(), pass->pass_id);
+    const auto kept = std::int64_t(end - first);
+    records.emplace_back(
+        token_record(snapshot, rank, pass->forward_pass_id, first - token_passes.begin(), kept,
+                     record_tokens(pass->metadata, kept), pass->metadata, pass->misc_objects));
   }
   return dump_of(std::move(records), last_placement);
 }
 
 std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placement& placement,
-                                        std::int64_t rank, const std::filesystem::path& directory) {
+                                        std::int64_t rank, const std::filesystem::path& directory,
+                                        std::span<const SglangPassRecord> passes) {
   const std::filesystem::path folder = directory.empty() ? sglang_dump_directory() : directory;
   std::error_code error;
   std::filesystem::create_directories(folder, error);
@@ -140,11 +189,11 @@ std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placemen
       path = folder / sglang_dump_name(now);
       break;
     case RecordMode::kPerPass:
-      dump = sglang_per_pass_dump(snapshot, placement, rank);
+      dump = sglang_per_pass_dump(snapshot, placement, rank, passes);
       path = folder / sglang_dump_name(now, rank);
       break;
     case RecordMode::kPerToken:
-      dump = sglang_per_token_dump(snapshot, placement, rank);
+      dump = sglang_per_token_dump(snapshot, placement, rank, passes);
       path = folder / sglang_dump_name(now, rank);
       break;
     case RecordMode::kDecayed:

@@ -168,8 +168,14 @@ TEST(SglangDump, PerTokenRecordsHoldLayerMajorIds) {
     const HostTensor& ids = records[pass].at("topk_ids_of_layer").tensor();
     ASSERT_EQ(ids.shape.size(), 3u);
     ASSERT_EQ(ids.shape[0], 3);
-    ASSERT_EQ(ids.shape[2], 2);
+    ASSERT_EQ(ids.shape[2], io::kSglangTopkColumns);  // SGLang's width, whatever the top-k
     const std::int64_t n = ids.shape[1];
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : records[pass].dict()) keys.push_back(key.as_str());
+    EXPECT_EQ(keys, (std::vector<std::string>{"forward_pass_id", "rank", "gatherer_key",
+                                              "topk_ids_of_layer", "misc_objects",
+                                              "global_physical_count"}));
+    EXPECT_TRUE(records[pass].at("misc_objects").list().empty());
     const std::vector<std::int32_t> values = ids.values<std::int32_t>();
     std::vector<std::int64_t> physical(3 * 6, 0);
     for (std::int64_t t = 0; t < n; ++t, ++token) {
@@ -178,14 +184,76 @@ TEST(SglangDump, PerTokenRecordsHoldLayerMajorIds) {
       for (std::int64_t l = 0; l < 3; ++l) {
         for (std::int64_t k = 0; k < 2; ++k) {
           const std::int32_t id = snapshot.token_physical_ids[std::size_t((token * 3 + l) * 2 + k)];
-          EXPECT_EQ(values[std::size_t((l * n + t) * 2 + k)], id);
+          EXPECT_EQ(values[std::size_t((l * n + t) * 8 + k)], id);
           if (id >= 0) ++physical[std::size_t(l * 6 + id)];
+        }
+        for (std::int64_t k = 2; k < 8; ++k) {
+          EXPECT_EQ(values[std::size_t((l * n + t) * 8 + k)], -1);
         }
       }
     }
     EXPECT_EQ(records[pass].at("global_physical_count").tensor().to_int64(), physical);
   }
   EXPECT_EQ(token, snapshot.num_tokens());
+}
+
+TEST(SglangDump, PassRecordsMakeSglangsRecords) {
+  const Snapshot snapshot = recorded(RecordMode::kPerToken, kLater);
+  const std::int64_t last = snapshot.token_pass_ids.back();
+  const auto kept = std::int64_t(
+      std::count(snapshot.token_pass_ids.begin(), snapshot.token_pass_ids.end(), last));
+  const io::PtList input_ids(std::size_t(kept + 2), PtValue(std::int64_t(9)));
+  const io::PtDict metadata = {{PtValue("input_ids"), PtValue(input_ids)},
+                               {PtValue("forward_mode"), PtValue(std::int64_t(1))}};
+  const io::PtList misc = {PtValue(io::PtDict{{PtValue("layer_id"), PtValue(std::int64_t(0))}})};
+  // Given out of order; one pass (7) kept no token.
+  const std::vector<io::SglangPassRecord> passes = {
+      {.pass_id = last, .forward_pass_id = 41, .metadata = metadata, .misc_objects = misc},
+      {.pass_id = 7,
+       .forward_pass_id = 40,
+       .metadata = {{PtValue("input_ids"), PtValue(io::PtList(2, PtValue(std::int64_t(1))))}},
+       .misc_objects = {}}};
+  const io::PtList records =
+      io::sglang_per_token_dump(snapshot, kLater, 0, passes).at("records").list();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].at("forward_pass_id").as_int(), 40);
+  EXPECT_EQ(records[0].at("topk_ids_of_layer").tensor().values<std::int32_t>(),
+            std::vector<std::int32_t>(3 * 2 * 8, -1));
+  EXPECT_EQ(records[0].at("global_physical_count").tensor().to_int64(),
+            std::vector<std::int64_t>(3 * 6, 0));
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : records[1].dict()) keys.push_back(key.as_str());
+  EXPECT_EQ(keys, (std::vector<std::string>{"forward_pass_id", "rank", "gatherer_key", "input_ids",
+                                            "forward_mode", "topk_ids_of_layer", "misc_objects",
+                                            "global_physical_count"}));
+  EXPECT_EQ(records[1].at("forward_pass_id").as_int(), 41);
+  EXPECT_EQ(records[1].at("misc_objects"), PtValue(misc));
+  const HostTensor& ids = records[1].at("topk_ids_of_layer").tensor();
+  EXPECT_EQ(ids.shape, (std::vector<std::int64_t>{3, kept + 2, 8}));
+  const std::vector<std::int32_t> values = ids.values<std::int32_t>();
+  for (std::int64_t l = 0; l < 3; ++l) {  // the two tokens the recorder did not keep: -1
+    for (std::int64_t t = kept; t < kept + 2; ++t) {
+      for (std::int64_t k = 0; k < 8; ++k) {
+        EXPECT_EQ(values[std::size_t((l * (kept + 2) + t) * 8 + k)], -1);
+      }
+    }
+  }
+
+  const Snapshot per_pass = recorded(RecordMode::kPerPass, kLater);
+  std::vector<io::SglangPassRecord> named;
+  for (const std::int64_t pass_id : per_pass.pass_ids) {
+    named.push_back(
+        {.pass_id = pass_id, .forward_pass_id = pass_id * 10, .metadata = {}, .misc_objects = {}});
+  }
+  const io::PtList pass_records =
+      io::sglang_per_pass_dump(per_pass, kLater, 0, named).at("records").list();
+  ASSERT_EQ(pass_records.size(), per_pass.pass_ids.size());
+  for (std::size_t i = 0; i < pass_records.size(); ++i) {
+    EXPECT_EQ(pass_records[i].at("forward_pass_id").as_int(), per_pass.pass_ids[i] * 10);
+  }
+  named.pop_back();
+  expect_error([&] { io::sglang_per_pass_dump(per_pass, kLater, 0, named); },
+               {"no record of the engine's for pass"});
 }
 
 TEST(SglangDump, RefusesModesWithoutADump) {

@@ -57,6 +57,68 @@ def test_sglang_dump_of_a_recording_reads_back(tmp_path, rng):
     assert counts["placement_versions"] is None and counts["pass_num_tokens"] is None
 
 
+def per_token_snapshot(rng):
+    topology = moestat.ModelTopology.uniform(num_layers=2, num_experts=8, top_k=2)
+    recorder = moestat.CpuRecorder(topology, mode="per_token")
+    recorder.start()
+    for pass_id in (4, 5):
+        recorder.begin_pass(pass_id)
+        recorder.record_topk(0, random_topk(rng, 3, 8, 2))
+        recorder.record_topk(1, random_topk(rng, 3, 8, 2))
+        recorder.end_pass()
+    return recorder.snapshot()
+
+
+def test_sglang_dump_with_the_engines_pass_records(tmp_path, rng):
+    """The adapter's pass records make each record what SGLang's recorder writes (its
+    forward_pass_id, the batch's metadata, misc_objects; test_sglang_differential compares the
+    whole file with SGLang's); the counts read back are the kept tokens'."""
+    snapshot = per_token_snapshot(rng)
+    metadata = {"input_ids": [7, 8, 9, 10], "positions": [0, 1, 2, 3], "extend_seq_lens": None,
+                "forward_mode": 1}
+    misc = [{"layer_id": 0, "num_tokens_per_rank": [3], "num_tokens_per_rdma_rank": None}]
+    passes = {5: dict(forward_pass_id=11, metadata=metadata, misc_objects=misc),
+              4: dict(forward_pass_id=10, metadata=dict(metadata, input_ids=[1, 2, 3]),
+                      misc_objects=[])}
+    path = moestat.write_sglang_dump(snapshot, moestat.Placement.trivial(2, 8, 8),
+                                     directory=tmp_path, passes=passes)
+    counts = moestat.read_counts(path)
+    np.testing.assert_array_equal(counts["pass_ids"], [10, 11])
+    totals = np.zeros((2, 8), dtype=np.int64)  # every kept token's ids, once each
+    for ids in snapshot.token_physical_ids.reshape(-1, 2, 2):
+        for layer in range(2):
+            np.add.at(totals[layer], ids[layer][ids[layer] >= 0], 1)
+    np.testing.assert_array_equal(counts["counts"].sum(axis=0), totals)
+
+
+@pytest.mark.parametrize("passes, error, message", [
+    ({4: {"forward_pass_id": 1, "metadata": {"input_ids": [np.int64(1)]}}}, TypeError,
+     "metadata must be None, bool, int, float, str, list, tuple or dict, got numpy"),
+    ({4: {"forward_pass_id": 1, "metadata": {(1, 2): 3}}}, TypeError,
+     "metadata must be a dict with str or int keys, got tuple"),
+    ({4: {"metadata": None}}, moestat.Error, "the record of pass 4 has no forward_pass_id"),
+    ({4: {"forward_pass_id": 1, "misc_objects": ()}}, TypeError, "misc_objects must be a list"),
+    ({4: 1}, TypeError, "passes must be a dict per pass, got int"),
+    ([], TypeError, "passes must be a dict of pass records or None, got list"),
+])
+def test_sglang_dump_pass_records_of_the_wrong_kind_are_refused(tmp_path, rng, passes, error,
+                                                                 message):
+    with pytest.raises(error, match=message):
+        moestat.write_sglang_dump(per_token_snapshot(rng), moestat.Placement.trivial(2, 8, 8),
+                                  directory=tmp_path, passes=passes)
+    assert not list(tmp_path.iterdir())
+
+
+def test_sglang_dump_metadata_nested_too_deep_is_refused(tmp_path, rng):
+    deep = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(moestat.Error, match="metadata is nested deeper than 64"):
+        moestat.write_sglang_dump(per_token_snapshot(rng), moestat.Placement.trivial(2, 8, 8),
+                                  directory=tmp_path,
+                                  passes={4: {"forward_pass_id": 1, "metadata": {"x": deep}}})
+
+
 def test_fractional_loads_are_read_only_when_asked_for(tmp_path):
     path = tmp_path / "popularity.json"
     path.write_text('{"expert_popularity": [[1.5, 2], [0, 0.25]]}')

@@ -12,6 +12,7 @@
 #include <moestat/placement.hpp>
 #include <moestat/snapshot.hpp>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace moestat::io {
@@ -32,26 +33,48 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank 
 PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank = 0,
                          std::optional<double> average_utilization = {});
 
+/// What SGLang's recorder keeps of a pass beside its counts, which only the engine sees: a
+/// per-pass or per-token dump built with these writes exactly the records SGLang writes.
+struct SglangPassRecord {
+  std::int64_t pass_id = 0;          ///< the recorder's pass id (Snapshot::pass_ids)
+  std::int64_t forward_pass_id = 0;  ///< SGLang's, written as the record's forward_pass_id
+  /// The batch's metadata, written as record keys in this order after "gatherer_key" (SGLang's
+  /// per-token: input_ids, positions, extend_seq_lens, forward_mode). A per-token record
+  /// holds as many tokens as "input_ids" lists (the kept ones' ids, -1 for the rest).
+  PtDict metadata;
+  PtList misc_objects;  ///< per-token: the record's "misc_objects" (DeepEP's counts)
+};
+
+/// SGLang's per-token buffer width (_DetailSinglePassGatherer._TOP_K_NUM): its
+/// topk_ids_of_layer has this many columns whatever the model's top-k (-1 beyond it).
+inline constexpr std::int64_t kSglangTopkColumns = 8;
+
 /// SGLang's per-pass dump: {"records": [one dict per pass: "forward_pass_id", "rank",
 /// "gatherer_key": "primary", "global_physical_count" [L, P] int32],
 /// "last_physical_to_logical_map": [L, P] int64}. `snapshot` must be in a pass-based mode.
+/// `passes`, when given, names each snapshot pass's forward_pass_id (every pass needs one);
+/// otherwise the recorder's pass ids are written.
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
-                             std::int64_t rank);
+                             std::int64_t rank, std::span<const SglangPassRecord> passes = {});
 
-/// SGLang's per-token dump: as per-pass, each record also holding "topk_ids_of_layer"
-/// [L, n, top_k] int32, the physical ids of the pass's n kept tokens (-1 = none).
-/// `snapshot` must be in per_token mode. SGLang's records also carry the engine's
-/// input_ids, positions and batch metadata, which moestat does not see; they are left out.
+/// SGLang's per-token dump: records in SGLang's key order, "forward_pass_id", "rank",
+/// "gatherer_key", the pass's metadata, "topk_ids_of_layer" [L, n, max(8, top_k)] int32
+/// (the physical ids of the pass's n tokens, layer-major, -1 = none),
+/// "misc_objects" and "global_physical_count" [L, P] int32 (of those ids); then
+/// "last_physical_to_logical_map". With `passes`: one record per entry, in ascending
+/// pass_id, n from its input_ids; without: one per pass with kept tokens, n its kept tokens,
+/// no metadata and misc_objects []. `snapshot` must be in per_token mode.
 PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_placement,
-                              std::int64_t rank);
+                              std::int64_t rank, std::span<const SglangPassRecord> passes = {});
 
 /// Writes the dump that matches the snapshot's mode (stat for stat, stat_approx and
-/// decayed is refused; per_pass; per_token) into `directory` (sglang_dump_directory() when
-/// empty, created if missing) under sglang_dump_name(now, rank), atomically. Returns the
-/// path written.
+/// decayed is refused; per_pass; per_token; `passes` as there) into `directory`
+/// (sglang_dump_directory() when empty, created if missing) under sglang_dump_name(now,
+/// rank), atomically. Returns the path written.
 std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placement& placement,
                                         std::int64_t rank,
-                                        const std::filesystem::path& directory = {});
+                                        const std::filesystem::path& directory = {},
+                                        std::span<const SglangPassRecord> passes = {});
 
 // ---- reading .pt values ----
 
