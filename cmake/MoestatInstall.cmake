@@ -1,16 +1,16 @@
 # `cmake --install`: the libraries, their public headers, the CMake package (moestatConfig.cmake
-# with the components cuda, nccl, mpi, http and llama_cpp) and pkg-config's moestat.pc. The synthetic workload,
+# with the components cuda, http and llama_cpp) and pkg-config's moestat.pc. The synthetic workload,
 # the CLI and the Python module are not part of it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(MOESTAT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/moestat)
 
-# One export set per component, so that loading the package needs CUDA, NCCL or MPI only when
+# One export set per component, so that loading the package needs CUDA (or llama.cpp) only when
 # the component that links it is asked for (http needs nothing more, and stays a component so
 # that only a program serving metrics links the endpoint).
 install(TARGETS moestat moestat_core moestat_record_cpu moestat_io moestat_plan moestat_report
-                moestat_online moestat_dist moestat_routes
+                moestat_online moestat_routes
         EXPORT moestatTargets FILE_SET HEADERS)
 install(EXPORT moestatTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 set(MOESTAT_BUILT_COMPONENTS "")
@@ -20,16 +20,6 @@ if(TARGET moestat_record_cuda)
   install(TARGETS moestat_record_cuda moestat_routes_cuda EXPORT moestatCudaTargets
           FILE_SET HEADERS)
   install(EXPORT moestatCudaTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
-endif()
-if(TARGET moestat_dist_nccl)
-  list(APPEND MOESTAT_BUILT_COMPONENTS nccl)
-  install(TARGETS moestat_dist_nccl EXPORT moestatNcclTargets FILE_SET HEADERS)
-  install(EXPORT moestatNcclTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
-endif()
-if(TARGET moestat_dist_mpi)
-  list(APPEND MOESTAT_BUILT_COMPONENTS mpi)
-  install(TARGETS moestat_dist_mpi EXPORT moestatMpiTargets FILE_SET HEADERS)
-  install(EXPORT moestatMpiTargets NAMESPACE moestat:: DESTINATION ${MOESTAT_CMAKE_INSTALL_DIR})
 endif()
 
 # llama_cpp links llama.cpp's shared libraries where this build found them (MOESTAT_LLAMA_CPP_DIR).

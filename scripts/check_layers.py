@@ -30,8 +30,6 @@ USES = {
     "cuda_support": {"core"},
     # io for the per-token trace writer (io/trace_file.hpp).
     "record_cuda": {"core", "io", "cuda_support"},
-    # cuda_support for the NCCL transport.
-    "dist": {"core", "cuda_support"},
     "report": {"plan", "io"},
     # io for the atomic write of the metrics file.
     "online": {"core", "io"},
@@ -47,7 +45,7 @@ USES = {
 # Private folders shared beyond their own layer, with the layers given their include path.
 SHARED_PRIVATE = {
     "src/core/internal": {"core", "record_cpu", "record_cuda"},
-    "src/cuda_support": {"cuda_support", "record_cuda", "routes_cuda", "dist"},
+    "src/cuda_support": {"cuda_support", "record_cuda", "routes_cuda"},
 }
 
 # Private headers that white-box tests and benchmarks include, and why.

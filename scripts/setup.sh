@@ -32,8 +32,6 @@ packages=(
   librsvg2-dev libcairo2-dev fonts-dejavu-core chromium
   # live metrics: the parser the Prometheus endpoint's scrape test reads with
   python3-prometheus-client
-  # the MPI reducer (moestat_dist_mpi) and its three-rank test
-  libopenmpi-dev openmpi-bin
   # the Python package: headers, numpy, pytest, and pip to fetch nanobind (not in Debian)
   python3-dev python3-numpy python3-pytest python3-pip
   # the engine tests' virtual environment (scripts/setup_engine_venv.sh)

@@ -3,7 +3,7 @@
 # racecheck), then the GPU benchmark and its SGLang-style baseline in the same run.
 # Usage: tests/gpu/run_device_suite.sh BIN_DIR OUT_DIR
 #   BIN_DIR holds moestat_gpu_recorder_tests, moestat_bench_gpu, moestat_bench_gpu_fused
-#   (built with nvcc), moestat_bench_file_ceiling and, optionally, moestat_nccl_reduce_test.
+#   (built with nvcc) and moestat_bench_file_ceiling.
 set -uo pipefail
 bin=$1
 out=$2
@@ -16,11 +16,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 
 echo "== GPU tests"
 "$bin/moestat_gpu_recorder_tests" 2>&1 | tee -a "$out/gpu_tests.log" | tail -n 30 || status=1
-# The NCCL reducer needs two GPUs (it skips with one); libnccl from the CUDA toolkit or
-# PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH.
-if [[ -x "$bin/moestat_nccl_reduce_test" ]]; then
-  "$bin/moestat_nccl_reduce_test" 2>&1 | tee -a "$out/gpu_tests.log" | tail -n 5 || status=1
-fi
 
 # The sanitizers slow every launch by orders of magnitude: the eager tests cover every
 # kernel; the replay, control and full-trace tests run without the tool.

@@ -1,5 +1,5 @@
 // `moestat merge OUT IN...`: one cluster-wide file of logical counts from every rank's dump
-// (the offline counterpart of dist::allreduce_snapshot): counts of the same pass add up.
+// (the offline counterpart of the engines' cross-rank sum): counts of the same pass add up.
 #include <fmt/format.h>
 
 #include <moestat/checked_math.hpp>
