@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets with moestat's own writers:
-// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,simulation,trace,routes}/ with small valid
-// files.
+// `make_fuzz_seeds DIR` fills DIR/{pt,safetensors,json,simulation,trace,routes,gguf}/ with small
+// valid files.
 // (The torch.save fixtures of tests/io/fixtures are added to the pt corpus by the script.)
 // The pt corpus also holds the bare pickles of its files, for the unpickler, and every corpus
 // the reproductions of the hostile-input findings of issue 14.
@@ -17,6 +17,7 @@
 #include <moestat/routes/cpu_route_recorder.hpp>
 #include <moestat/routes/routes_file.hpp>
 
+#include "io/gguf_writer.hpp"
 #include "io/pickle.hpp"
 
 namespace {
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::filesystem::path dir = argv[1];
-    for (const char* sub : {"pt", "safetensors", "json", "simulation", "trace", "routes"}) {
+    for (const char* sub : {"pt", "safetensors", "json", "simulation", "trace", "routes", "gguf"}) {
       std::filesystem::create_directories(dir / sub);
     }
     const Placement placement(3, 6, 4, {0, 1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1, 3, 2, 1, 0, 3, 3}, 1);
@@ -179,6 +180,18 @@ int main(int argc, char** argv) {
     std::string damaged = io::read_text_file(dir / "trace" / "trace.bin");
     damaged[0] = char(damaged[0] ^ 0x20);
     io::write_file_atomically(dir / "trace" / "bad_magic.bin", damaged);
+    // GGUF: an imatrix of two MoE blocks after a dense one, written as llama-imatrix does, and
+    // a model's header with the metadata kinds the reader skips (arrays, a tokenizer).
+    namespace gguf = test::gguf;
+    io::write_file_atomically(dir / "gguf" / "imatrix.gguf",
+                              gguf::imatrix({{1, {5, 0, 7, 12}}, {2, {1, 2, 3, 18}}},
+                                            {{"general.architecture", gguf::str("qwen3moe")},
+                                             {"qwen3moe.block_count", gguf::u32(3)}}));
+    io::write_file_atomically(
+        dir / "gguf" / "model.gguf",
+        gguf::file({{"general.alignment", gguf::u32(64)},
+                    {"tokenizer.ggml.tokens", gguf::strings({"<s>", "a", "b"})}},
+                   {{"blk.0.ffn_up_exps.weight", {32, 2, 2}, 8, std::string(4 * 34, '\0')}}));
     write_hostile_seeds(dir);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "make_fuzz_seeds: %s\n", error.what());

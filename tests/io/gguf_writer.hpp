@@ -3,6 +3,7 @@
 // them. Used by the unit tests and the fuzz seeds.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
