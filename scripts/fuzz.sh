@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh                      a smoke run: 20000 inputs (at most 30 s) per target
 #   scripts/fuzz.sh -max_total_time=600  ten minutes per target; any libFuzzer flags
 #   FUZZ_TARGETS="pt json" scripts/fuzz.sh    only these targets (pt safetensors json
-#                                             simulation trace routes routes_convert)
+#                                             simulation trace routes gguf routes_convert)
 # Corpora grow in build-fuzz/corpus/<target>; a crash leaves its input in build-fuzz/ and
 # fails the script. routes_convert is Python (tests/fuzz/routes_convert_fuzz.py: the routes
 # reader and moestat.routing's converters, mutated from the routes seeds), run with the
@@ -21,7 +21,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DMOESTAT_BUILD_FUZZERS=ON -DMOESTAT_ENABLE_CUDA=OFF -DMOESTAT_BUILD_TESTS=OFF \
   -DMOESTAT_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz --target pt_fuzzer safetensors_fuzzer json_fuzzer simulation_fuzzer \
-  trace_fuzzer routes_fuzzer make_fuzz_seeds
+  trace_fuzzer routes_fuzzer gguf_fuzzer make_fuzz_seeds
 
 seeds=build-fuzz/seeds
 rm -rf "$seeds"
@@ -40,7 +40,7 @@ fuzz_converters() {
     --memory-mb 2048 --timeout-s 10 --artifacts build-fuzz "$seeds/routes"
 }
 
-for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace routes routes_convert}; do
+for target in ${FUZZ_TARGETS:-pt safetensors json simulation trace routes gguf routes_convert}; do
   echo "fuzz: $target ${flags[*]}"
   if [[ $target == routes_convert ]]; then
     fuzz_converters
