@@ -3,22 +3,25 @@
 // through llama_decode. The reference is independent of the recorded ids: a second callback,
 // chained before the recorder's, reads each layer's router probabilities (`ffn_moe_probs-<il>`)
 // and takes their top-k here.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <llama.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <moestat/io/statistics.hpp>
 #include <moestat/llama_cpp/llama_recorder.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <numeric>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
+#include "cli/cli_run.hpp"
+#include "io/test_support.hpp"
 #include "unit/expect_error.hpp"
 
 namespace {
@@ -34,9 +37,7 @@ constexpr int kUbatch = 16;
 /// The models, written once per test program into a scratch folder removed at exit.
 class ModelFolder {
  public:
-  ModelFolder()
-      : dir_(fs::temp_directory_path() / ("moestat_llama_models_" + std::to_string(::getpid()))) {
-    fs::create_directories(dir_);
+  ModelFolder() {
     for (const char* arch : {"qwen3moe", "qwen2moe"}) {
       const std::string command = std::string("PYTHONPATH='") + MOESTAT_LLAMA_GGUF_PY + "' '" +
                                   MOESTAT_PYTHON + "' '" + MOESTAT_TINY_MOE_GGUF + "' " + arch +
@@ -44,17 +45,10 @@ class ModelFolder {
       if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
     }
   }
-  ~ModelFolder() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  ModelFolder(const ModelFolder&) = delete;
-  ModelFolder& operator=(const ModelFolder&) = delete;
-
-  fs::path path(const std::string& arch) const { return dir_ / (arch + ".gguf"); }
+  fs::path path(const std::string& arch) const { return dir_.path() / (arch + ".gguf"); }
 
  private:
-  fs::path dir_;
+  moestat::test::ScratchDir dir_;
 };
 
 fs::path model_path(const std::string& arch) {
@@ -126,8 +120,8 @@ class Llama {
     params.n_ctx = 256;
     params.n_batch = 256;
     params.n_ubatch = kUbatch;
-    params.n_threads = 2;
-    params.n_threads_batch = 2;
+    params.n_threads = 1;
+    params.n_threads_batch = 1;
     params.cb_eval = &ProbsTopk::callback;
     params.cb_eval_user_data = &probe;
     recorder.attach(params);
@@ -172,6 +166,9 @@ class Llama {
     llama_batch_free(batch);
     return result;
   }
+
+  /// Empties the context, as before a new prompt.
+  void clear() { llama_memory_clear(llama_get_memory(context_), true); }
 
   /// What common_init_from_params does before a program's first decode: {bos, eos}, then the
   /// memory cleared.
@@ -324,6 +321,71 @@ TEST_P(LlamaRecorderTest, StoppedAsksForNothingAndKeepsTheChainedCallback) {
   EXPECT_EQ(llama_recorder.num_passes(), 0);
   EXPECT_EQ(probe.rows[0].size(), prompt.size());
   EXPECT_GT(probe.asked, 0);
+}
+
+// `moestat llama-record` writes the counts of the same micro-batches: each prompt from an empty
+// context, every token an output, micro-batches of --batch tokens.
+TEST_P(LlamaRecorderTest, CommandCountsEqualTheRoutersTopk) {
+  const std::vector<std::string> prompts{kPrompt, "A second, shorter prompt."};
+  moestat::test::ScratchDir dir;
+  {
+    std::ofstream file(dir.path() / "prompts.txt");
+    file << prompts[0] << "\n\n" << prompts[1] << "\r\n";
+  }
+  const moestat::test::CliRun run = moestat::test::run_cli(
+      fmt::format("llama-record {} --prompts {} --out {} --batch {} --threads 1 --ctx 256",
+                  moestat::test::quoted(model_path(GetParam())),
+                  moestat::test::quoted(dir.path() / "prompts.txt"),
+                  moestat::test::quoted(dir.path() / "out"), kUbatch));
+  ASSERT_EQ(run.code, 0) << run.err;
+
+  moestat::record::CpuRecorder unused(moestat::ModelTopology::uniform(kLayers, kExperts, kTopK));
+  LlamaRecorder recorder(unused);
+  ProbsTopk probe;
+  Llama llama(GetParam(), recorder, probe);
+  probe.on = true;
+  std::int64_t micro_batches = 0;
+  for (const std::string& prompt : prompts) {
+    llama.clear();
+    const std::vector<llama_token> tokens = llama.tokenize(prompt);
+    ASSERT_EQ(llama.decode(tokens, 0, true), 0);
+    micro_batches += (std::int64_t(tokens.size()) + kUbatch - 1) / kUbatch;
+  }
+  const moestat::CountWindow counts =
+      moestat::io::read_counts(dir.path() / "out/logical_count.json");
+  EXPECT_EQ(counts.window_size, micro_batches);
+  EXPECT_EQ(counts.totals(), probe.counts());
+  for (const char* name : {"snapshot.json", "logical_count.pt", "report.html"}) {
+    EXPECT_TRUE(fs::is_regular_file(dir.path() / "out" / name)) << name;
+  }
+}
+
+// Prompts it cannot run are refused by name, and the directory it made is removed again.
+TEST(LlamaRecordCommand, RefusesPromptsItCannotRun) {
+  moestat::test::ScratchDir dir;
+  const auto run = [&](const std::string& prompts, const std::string& options) {
+    std::ofstream(dir.path() / "prompts.txt") << prompts;
+    return moestat::test::run_cli(fmt::format("llama-record {} --prompts {} --out {} {}",
+                                              moestat::test::quoted(model_path("qwen3moe")),
+                                              moestat::test::quoted(dir.path() / "prompts.txt"),
+                                              moestat::test::quoted(dir.path() / "out"), options));
+  };
+  moestat::test::CliRun empty = run("\n\r\n", "");
+  EXPECT_EQ(empty.code, 1);
+  EXPECT_TRUE(moestat::test::contains(empty.err, "has no prompt")) << empty.err;
+  // "ab" is <s> ▁ a b: 1 + 3 + 2 tokens (▁ is three byte tokens in this vocabulary).
+  moestat::test::CliRun long_prompt =
+      run("ab\nthis one is longer than twelve tokens\n", "--ctx 12");
+  EXPECT_EQ(long_prompt.code, 1);
+  EXPECT_TRUE(moestat::test::contains(long_prompt.err, "prompt 2 of")) << long_prompt.err;
+  EXPECT_TRUE(moestat::test::contains(long_prompt.err, "more than --ctx 12")) << long_prompt.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  moestat::test::CliRun no_model = moestat::test::run_cli(fmt::format(
+      "llama-record {} --prompts {} --out {}", moestat::test::quoted(dir.path() / "none.gguf"),
+      moestat::test::quoted(dir.path() / "prompts.txt"),
+      moestat::test::quoted(dir.path() / "out")));
+  EXPECT_EQ(no_model.code, 1);
+  EXPECT_TRUE(moestat::test::contains(no_model.err, "could not load the model")) << no_model.err;
 }
 
 TEST(LlamaRecorder, AttachesOnce) {

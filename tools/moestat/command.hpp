@@ -50,9 +50,14 @@ std::unique_ptr<Command> make_plan_command();
 std::unique_ptr<Command> make_eval_command();
 std::unique_ptr<Command> make_advise_command();
 std::unique_ptr<Command> make_hot_experts_command();
+std::unique_ptr<Command> make_llama_offload_command();
 std::unique_ptr<Command> make_report_command();
 std::unique_ptr<Command> make_merge_command();
 std::unique_ptr<Command> make_simulate_command();
+#ifdef MOESTAT_WITH_LLAMA_CPP
+/// `moestat llama-record`: only in a build with llama.cpp (the llama_cpp component).
+std::unique_ptr<Command> make_llama_record_command();
+#endif
 /// `moestat help [COMMAND]`; register it last, after the commands it describes.
 std::unique_ptr<Command> make_help_command();
 
