@@ -2,7 +2,7 @@
 
 A marker is an HTML comment on the line just before a fence, invisible on GitHub:
 
-    <!-- doctest: run [needs=engines,shared] [tolerance=R] [varies="PREFIX"]... -->
+    <!-- doctest: run [needs=engines,shared,llama_cpp] [tolerance=R] [varies="PREFIX"]... -->
     <!-- doctest: output [tolerance=R] [varies="PREFIX"]... -->
     <!-- doctest: skip: REASON -->
 
@@ -17,7 +17,7 @@ import shlex
 # Blocks of these languages are examples someone could paste: each must be run or skipped.
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
 PYTHON_LANGUAGES = {"python", "py", "python3"}
-NEEDS = {"engines", "shared"}
+NEEDS = {"engines", "shared", "llama_cpp"}
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 MARKER = re.compile(r"^\s*<!--\s*doctest:\s*(?P<body>.*?)\s*-->\s*$")

@@ -37,6 +37,7 @@ class Environment:
         self.scripts = scripts
         self.engine_venv = pathlib.Path(args.engine_venv).absolute() if args.engine_venv else None
         self.shared = pathlib.Path(args.shared).resolve() if args.shared else None
+        self.cli = pathlib.Path(args.cli).resolve()
         build = pathlib.Path(args.build_dir).resolve()
         tools = workdir / "build"
         tools.mkdir()
@@ -65,7 +66,19 @@ class Environment:
                 return f"no engine environment ({python}; scripts/setup_engine_venv.sh)"
         if "shared" in needs and not (self.shared and self.shared.is_dir()):
             return f"no shared data ({self.shared})"
+        if "llama_cpp" in needs and not self.has_llama_record():
+            # CI's setup.sh --with-engines builds llama.cpp, so there it must be in the CLI.
+            if os.environ.get("MOESTAT_REQUIRE_ENGINE_VENV") == "1":
+                raise BlockFailed(f"{self.cli} has no llama-record and MOESTAT_REQUIRE_ENGINE_VENV"
+                                  "=1; run scripts/setup_llama_cpp.sh, then configure again")
+            return f"{self.cli} was built without llama.cpp (scripts/setup_llama_cpp.sh)"
         return ""
+
+    def has_llama_record(self):
+        """Whether the CLI has `llama-record` (a build with llama.cpp)."""
+        done = subprocess.run([self.cli, "llama-record", "--help"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, check=False)
+        return done.returncode == 0
 
     def run(self, command, needs, where):
         """(exit status, stdout and stderr together) of command in the working directory."""
