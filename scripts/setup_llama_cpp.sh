@@ -14,9 +14,10 @@
 #   $LLAMA_CPP_DIR/complete             written last: a build without it is redone
 # CMake finds it there by default (MOESTAT_LLAMA_CPP_DIR, see src/llama_cpp/CMakeLists.txt).
 #
-# Cost: the download takes seconds; the build (libllama, libggml, llama-imatrix only, Release,
-# no tests, examples, server or HTTPS) about 7 min on 2 cores, once: a complete build is
-# reused, so a second run takes a moment.
+# Cost: the download (76 MB) takes seconds; the build (libllama, libggml, llama-imatrix only,
+# Release, no tests, examples, server or HTTPS) about 7 min on 2 idle cores (651 s measured on
+# 2 cores shared with another build), once: a complete build is reused, so a second run takes a
+# moment. CI (.ci/run, through setup.sh --with-engines) pays it on a clean clone.
 set -euo pipefail
 
 version=0.3.36
