@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._core import Error
 from ..engines.devices import device_of
+from .forward_hooks import forward_inputs
 from .transformers import find_routers
 
 
@@ -271,9 +272,7 @@ class ReplayHandle:
         nothing is read from the device)."""
         if self._ids is None:
             raise Error("replay: no routes set: call handle.set_routes(ids) before the forward")
-        tokens = kwargs.get("input_ids", args[0] if args else None)
-        if tokens is None:
-            tokens = kwargs.get("inputs_embeds")
+        tokens, _ = forward_inputs(args, kwargs)
         if not isinstance(tokens, torch.Tensor):
             return
         shape = tuple(tokens.shape[:2])
