@@ -4,32 +4,18 @@
 
 #include <iterator>
 #include <moestat/io/files.hpp>
+#include <moestat/io/prometheus_escape.hpp>
 #include <moestat/online/prometheus.hpp>
 #include <string_view>
 
 namespace moestat::online {
 namespace {
 
-/// A label value with the three characters the format escapes (\, ", newline) escaped.
-std::string label_value(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
-
 class Exposition {
  public:
   void family(std::string_view name, std::string_view type, std::string_view help) {
-    fmt::format_to(out(), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    fmt::format_to(out(), "# HELP {} {}\n# TYPE {} {}\n", name, io::prometheus_help_text(help),
+                   name, type);
   }
   template <typename Value>
   void sample(std::string_view name, std::string_view labels, Value value) {
@@ -51,7 +37,8 @@ class Exposition {
 std::string prometheus_text(const MetricValues& values) {
   Exposition text;
   const auto layer_label = [&](std::int64_t layer) {
-    return fmt::format("layer=\"{}\"", label_value(values.layer_names[std::size_t(layer)]));
+    return fmt::format("layer=\"{}\"",
+                       io::prometheus_label_value(values.layer_names[std::size_t(layer)]));
   };
   const auto counter = [&](std::string_view name, std::string_view help, std::int64_t value) {
     text.family(name, "counter", help);

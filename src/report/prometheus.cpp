@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <moestat/io/prometheus_escape.hpp>
 #include <moestat/report.hpp>
 #include <string_view>
 
@@ -11,7 +12,8 @@ namespace moestat::report {
 namespace {
 
 void family(std::string& out, std::string_view name, std::string_view help) {
-  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n", name,
+                 io::prometheus_help_text(help), name);
 }
 
 /// A sample value: integers exactly, others with enough digits to round-trip.
@@ -52,7 +54,7 @@ std::string prometheus_text(const Recording& recording, const Options& options) 
         fmt::format_to(
             std::back_inserter(out),
             "moestat_gpu_load{{layer=\"{}\",gpu=\"{}\",placement=\"{}\"}} {}\n", layer, gpu,
-            evaluation.name,
+            io::prometheus_label_value(evaluation.name),
             value_text(evaluation.gpu_loads[std::size_t(layer * options.num_gpus + gpu)]));
       }
     }
@@ -64,7 +66,7 @@ std::string prometheus_text(const Recording& recording, const Options& options) 
       if (!loaded[std::size_t(layer)]) continue;
       fmt::format_to(std::back_inserter(out),
                      "moestat_layer_balancedness{{layer=\"{}\",placement=\"{}\"}} {}\n", layer,
-                     evaluation.name,
+                     io::prometheus_label_value(evaluation.name),
                      value_text(evaluation.layer_balancedness[std::size_t(layer)]));
     }
   }
@@ -72,7 +74,8 @@ std::string prometheus_text(const Recording& recording, const Options& options) 
          "Mean over layers with load of the layer balancedness under a placement.");
   for (const detail::Evaluation& evaluation : evaluations) {
     fmt::format_to(std::back_inserter(out), "moestat_balancedness{{placement=\"{}\"}} {}\n",
-                   evaluation.name, value_text(evaluation.balancedness));
+                   io::prometheus_label_value(evaluation.name),
+                   value_text(evaluation.balancedness));
   }
   family(out, "moestat_recorded_passes", "Passes with per-pass loads in the recording.");
   fmt::format_to(std::back_inserter(out), "moestat_recorded_passes {}\n", recording.num_passes());

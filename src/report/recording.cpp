@@ -149,11 +149,8 @@ void Options::validate(const Recording& recording) const {
   }
   std::set<std::string_view> names{detail::kIdentityName};
   for (const auto& [name, placement] : placements) {
-    // Names are shown in HTML (escaped) and used as Prometheus label values (not escaped).
-    MOESTAT_CHECK(!name.empty() && name.find_first_of("\"\\\n") == std::string::npos,
-                  "a placement's name must be non-empty, without quotes, backslashes or line "
-                  "breaks: {}",
-                  printable(name));
+    // Names are escaped where they are shown: HTML, SVG and Prometheus label values.
+    MOESTAT_CHECK(!name.empty(), "a placement's name must be non-empty");
     MOESTAT_CHECK(names.insert(name).second, "two placements are named {}{}", printable(name),
                   name == detail::kIdentityName ? " (the reference placement's name)" : "");
     MOESTAT_CHECK(placement.num_layers() == recording.num_layers() &&

@@ -139,6 +139,19 @@ TEST(Report, BalancednessByHand) {
   EXPECT_DOUBLE_EQ(with_plan.at("moestat_recorded_passes"), 2.0);
 }
 
+TEST(Report, PrometheusEscapesPlacementNamesAsTheLiveMetricsDo) {
+  const Recording r = small_recording();
+  const std::string name = "a\"b\\c\nd";
+  const std::string text = report::prometheus_text(
+      r, {.num_gpus = 2, .placements = {{name, Placement::trivial(3, 4, 4)}}});
+  EXPECT_NE(text.find("moestat_balancedness{placement=\"a\\\"b\\\\c\\nd\"} "), std::string::npos)
+      << text;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {  // no line broken inside a label
+    EXPECT_TRUE(line.starts_with("# ") || line.starts_with("moestat_")) << line;
+  }
+}
+
 TEST(Report, PrometheusTextIsValidExposition) {
   const Recording r = small_recording();
   const std::string text = report::prometheus_text(r, {.num_gpus = 2});
@@ -222,8 +235,8 @@ TEST(Report, RejectsOptionsThatDoNotFit) {
   test::expect_error([&] { report::render_html(r, twice); }, {"two placements are named a"});
   const Options reserved{.num_gpus = 2, .placements = {{"identity", Placement::trivial(3, 4, 4)}}};
   test::expect_error([&] { report::render_html(r, reserved); }, {"reference placement's name"});
-  const Options quoted{.num_gpus = 2, .placements = {{"a\"b", Placement::trivial(3, 4, 4)}}};
-  test::expect_error([&] { report::prometheus_text(r, quoted); }, {"without quotes"});
+  const Options unnamed{.num_gpus = 2, .placements = {{"", Placement::trivial(3, 4, 4)}}};
+  test::expect_error([&] { report::prometheus_text(r, unnamed); }, {"must be non-empty"});
   // The split must leave passes on both sides.
   for (std::int64_t from : {0, 2}) {
     test::expect_error([&] { report::render_html(r, {.num_gpus = 2, .held_out_from = from}); },

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <moestat/io/files.hpp>
+#include <moestat/io/prometheus_escape.hpp>
 #include <moestat/online/prometheus.hpp>
 #include <regex>
 #include <sstream>
@@ -78,6 +79,14 @@ std::map<std::string, std::string> parse(const std::string& text) {
     EXPECT_EQ(family.type == "counter", name.ends_with("_total")) << name;
   }
   return samples;
+}
+
+// The text format's rules: a label value escapes backslash, double quote and line feed, a
+// HELP text backslash and line feed; nothing else (tabs and UTF-8 pass as they are).
+TEST(PrometheusEscape, FollowsTheTextFormatsRules) {
+  EXPECT_EQ(io::prometheus_label_value("a\\b\"c\nd\te \xc3\xa9"), "a\\\\b\\\"c\\nd\te \xc3\xa9");
+  EXPECT_EQ(io::prometheus_help_text("a\\b\"c\nd\te"), "a\\\\b\"c\\nd\te");
+  EXPECT_EQ(io::prometheus_label_value(""), "");
 }
 
 TEST(PrometheusText, IsAValidExpositionOfTheValues) {
