@@ -64,7 +64,11 @@ class Recorder {
   void begin_pass(std::int64_t pass_id);
 
   /// Counts the router's choices of one layer.
-  /// `topk_ids`: [num_tokens, num_columns] int32 or int64 PHYSICAL expert ids, any strides;
+  /// `topk_ids`: [num_tokens, num_columns] int32 or int64 ids of physical expert slots
+  ///   (what an engine with expert parallelism routes to), any strides; the placement in
+  ///   force maps each slot to its logical expert. A model without replicas (transformers)
+  ///   routes to its logical experts directly: with P == E and the trivial placement (the
+  ///   default, slot p = expert p) its logical ids are these slot ids, unchanged.
   ///   -1 marks padding and is ignored; other ids outside [0, P) are dropped and tallied.
   ///   Per-token mode needs num_columns == top_k (slice off fused shared-expert columns).
   /// `num_valid_tokens`: only the first rows are real tokens (a padded graph batch);

@@ -199,7 +199,7 @@ class Recorder:
 
     def record_topk(self, layer: int, topk_ids: Annotated[NDArray, dict(writable=False)], num_valid_tokens: int | Annotated[NDArray, dict(writable=False)] | None = None) -> None:
         """
-        Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 physical expert ids (numpy or torch; any strides); -1 is padding; other ids outside [0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a one-element int32/int64 array (on the device for CudaRecorder).
+        Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 ids of physical expert slots (numpy or torch; any strides), mapped to logical experts by the placement in force; a model without replicas passes its logical ids, which the trivial placement (the default: slot p = expert p) maps to themselves. -1 is padding; other ids outside [0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a one-element int32/int64 array (on the device for CudaRecorder).
         """
 
     def record_topk_layers(self, layers: Sequence[int], topk_ids: Sequence[Annotated[NDArray, dict(writable=False)]], num_valid_tokens: int | Annotated[NDArray, dict(writable=False)] | None = None) -> None:

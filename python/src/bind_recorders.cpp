@@ -197,9 +197,12 @@ void bind_recorders(nb::module_& module) {
            nb::sig("def record_topk(self, layer: int, topk_ids: " MOESTAT_STUB_ARRAY
                    ", num_valid_tokens: "
                    "int | " MOESTAT_STUB_ARRAY " | None = None) -> None"),
-           "Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 physical "
-           "expert ids (numpy or torch; any strides); -1 is padding; other ids outside "
-           "[0, P) are dropped and tallied. num_valid_tokens: None (every row), an int, or a "
+           "Counts one layer's router choices. topk_ids: [tokens, k] int32 or int64 ids of "
+           "physical expert slots (numpy or torch; any strides), mapped to logical experts by "
+           "the placement in force; a model without replicas passes its logical ids, which "
+           "the trivial placement (the default: slot p = expert p) maps to themselves. -1 is "
+           "padding; other ids outside [0, P) are dropped and tallied. num_valid_tokens: None "
+           "(every row), an int, or a "
            "one-element int32/int64 array (on the device for CudaRecorder).")
       .def("record_topk_layers", &record_topk_layers, "layers"_a.none(), "topk_ids"_a.none(),
            "num_valid_tokens"_a.none() = nb::none(),

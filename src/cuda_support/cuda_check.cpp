@@ -2,7 +2,7 @@
 
 #include <moestat/error.hpp>
 
-namespace moestat::record::cuda {
+namespace moestat::cuda_support {
 
 void throw_cuda_error(const char* call, cudaError_t status, const char* file, int line) {
   throw Error(file, line,
@@ -10,4 +10,4 @@ void throw_cuda_error(const char* call, cudaError_t status, const char* file, in
                           cudaGetErrorString(status)));
 }
 
-}  // namespace moestat::record::cuda
+}  // namespace moestat::cuda_support

@@ -6,7 +6,7 @@
 
 #include "cuda_check.hpp"
 
-namespace moestat::record::cuda {
+namespace moestat::cuda_support {
 
 /// A stream that does not synchronise with the legacy default stream.
 class OwnedStream {
@@ -36,4 +36,4 @@ class OwnedEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-}  // namespace moestat::record::cuda
+}  // namespace moestat::cuda_support

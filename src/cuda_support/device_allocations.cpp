@@ -4,7 +4,7 @@
 
 #include "cuda_check.hpp"
 
-namespace moestat::record::cuda {
+namespace moestat::cuda_support {
 
 DeviceAllocations::~DeviceAllocations() {
   for (void* pointer : pointers_) cudaFree(pointer);
@@ -18,4 +18,4 @@ void* DeviceAllocations::allocate_zeroed(std::size_t bytes) {
   return pointer;
 }
 
-}  // namespace moestat::record::cuda
+}  // namespace moestat::cuda_support

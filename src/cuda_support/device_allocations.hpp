@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace moestat::record::cuda {
+namespace moestat::cuda_support {
 
 class DeviceAllocations {
  public:
@@ -30,4 +30,4 @@ class DeviceAllocations {
   std::vector<void*> pointers_;
 };
 
-}  // namespace moestat::record::cuda
+}  // namespace moestat::cuda_support

@@ -6,7 +6,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -81,4 +81,4 @@ TEST(CudaAbortPass, LeavesNoTokensInTheTrace) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

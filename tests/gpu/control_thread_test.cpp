@@ -9,7 +9,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -98,4 +98,4 @@ TEST(CudaRecorderControl, SnapshotsWhileReplayingHoldOnlyWholePasses) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -7,7 +7,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -291,4 +291,4 @@ TEST(CudaRecorder, StopKeepsDataAndStartClearsIt) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -3,7 +3,7 @@
 
 #include "gpu/fused_kernels.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 __global__ void fused_count_kernel(const std::int32_t* ids, long long num_rows, long long top_k,
@@ -41,4 +41,4 @@ void launch_row_add(const std::int32_t* ids, std::int64_t count, std::int32_t* r
   row_add_kernel<<<blocks, kThreads, 0, stream>>>(ids, count, row);
 }
 
-}  // namespace moestat::testing
+}  // namespace moestat::test

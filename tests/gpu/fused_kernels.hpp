@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <moestat/record/fused_target.hpp>
 
-namespace moestat::testing {
+namespace moestat::test {
 
 /// Counts the first `*num_valid` rows of `ids` [num_rows, top_k] (int32, device) into
 /// `target`, one thread per id, as a router kernel would after choosing them.
@@ -23,4 +23,4 @@ void launch_fused_count(const std::int32_t* ids, std::int64_t num_rows, std::int
 void launch_row_add(const std::int32_t* ids, std::int64_t count, std::int32_t* row,
                     cudaStream_t stream);
 
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -8,7 +8,7 @@
 #include "gpu/fused_kernels.hpp"
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -128,4 +128,4 @@ TEST(CudaFusedRecord, RefusesDenseLayersAndModesWithoutPassCounts) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -13,7 +13,7 @@
 #include "gpu/paired_recorders.hpp"
 #include "unit/expect_error.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 constexpr std::int64_t kGpus = 8;
@@ -267,4 +267,4 @@ TEST(CudaGpuLoadsSince, RefusesABadGpuCountOrAModeWithoutPasses) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

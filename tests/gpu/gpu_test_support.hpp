@@ -20,7 +20,7 @@
 
 #include "unit/snapshot_expectations.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 
 inline bool has_gpu() {
   int count = 0;
@@ -28,7 +28,7 @@ inline bool has_gpu() {
 }
 
 #define MOESTAT_REQUIRE_GPU() \
-  if (!::moestat::testing::has_gpu()) GTEST_SKIP() << "no CUDA device"
+  if (!::moestat::test::has_gpu()) GTEST_SKIP() << "no CUDA device"
 
 #define MOESTAT_EXPECT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -146,4 +146,4 @@ inline void expect_trace_holds(const std::filesystem::path& path, const Snapshot
   std::filesystem::remove(path);
 }
 
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -7,7 +7,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -120,4 +120,4 @@ TEST(CudaRecorderGraph, ThousandReplaysEqualCpuRecorder) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

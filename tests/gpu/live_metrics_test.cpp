@@ -6,7 +6,7 @@
 
 #include "gpu/paired_recorders.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using online::LiveMetrics;
@@ -62,4 +62,4 @@ TEST(CudaLiveMetrics, EqualThoseOfTheCpuRecorder) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

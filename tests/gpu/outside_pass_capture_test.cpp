@@ -11,7 +11,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "unit/expect_error.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CudaRecorder;
@@ -174,4 +174,4 @@ TEST(CudaRecorderOutsidePass, EagerHooksAndPerTokenCaptureAreRefused) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -16,7 +16,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 
 class PairedRecorders {
  public:
@@ -105,4 +105,4 @@ class PairedRecorders {
   cudaStream_t stream_ = nullptr;
 };
 
-}  // namespace moestat::testing
+}  // namespace moestat::test

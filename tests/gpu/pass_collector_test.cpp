@@ -6,7 +6,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -171,4 +171,4 @@ TEST(CudaPassCollector, ThreadKeepsUpOrCountsEveryPassItMisses) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

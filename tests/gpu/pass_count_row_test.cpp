@@ -10,7 +10,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "unit/expect_error.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -138,4 +138,4 @@ TEST(CudaPassCountRow, IsCopyZeroOfAMoeLayerInAPassMode) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -6,7 +6,7 @@
 #include "gpu/paired_recorders.hpp"
 #include "unit/expect_error.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 /// The reads of two recorders agree but for the generation, each recorder's own.
@@ -77,4 +77,4 @@ TEST(CudaPassesSince, ReadsTheNewPassesAsTheCpuRecorderDoes) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -11,7 +11,7 @@
 #include "gpu/gpu_test_support.hpp"
 #include "unit/expect_error.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -231,4 +231,4 @@ TEST(CudaRecordTopkLayers, AddsOneKernelNodeForAPassOf58Layers) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -10,7 +10,7 @@
 #include "routes/route_reference.hpp"
 #include "routes/route_threads.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using routes::CpuRouteRecorder;
@@ -249,4 +249,4 @@ TEST(CudaRouteRecorder, APassMapsThroughOnePlacementWhateverTheThreads) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

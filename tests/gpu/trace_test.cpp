@@ -8,7 +8,7 @@
 
 #include "gpu/gpu_test_support.hpp"
 
-namespace moestat::testing {
+namespace moestat::test {
 namespace {
 
 using record::CpuRecorder;
@@ -172,4 +172,4 @@ TEST(CudaRecorderTrace, OverflowDropsWholeTokensAndCountsThemExactly) {
 }
 
 }  // namespace
-}  // namespace moestat::testing
+}  // namespace moestat::test

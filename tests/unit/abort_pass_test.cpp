@@ -54,7 +54,7 @@ TEST(AbortPass, LeavesNoTraceInAnyMode) {
     pass_on(rng, 2, {&aborting, &reference}, false);
     const Snapshot expected = reference.snapshot();
     const Snapshot actual = aborting.snapshot();
-    testing::expect_same_window(expected, actual);
+    test::expect_same_window(expected, actual);
     EXPECT_EQ(actual.token_physical_ids, expected.token_physical_ids);
     EXPECT_EQ(actual.decayed_physical_load, expected.decayed_physical_load);
   }

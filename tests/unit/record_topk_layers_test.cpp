@@ -78,7 +78,7 @@ TEST(RecordTopkLayers, CountsWhatRecordTopkCountsLayerByLayer) {
     }
     const Snapshot expected = one_by_one.snapshot();
     const Snapshot actual = batched.snapshot();
-    testing::expect_same_window(expected, actual);
+    test::expect_same_window(expected, actual);
     EXPECT_EQ(actual.token_physical_ids, expected.token_physical_ids);
     EXPECT_GT(expected.dropped_ids, 0);
   }

@@ -7,7 +7,7 @@
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
 
-namespace moestat::testing {
+namespace moestat::test {
 
 /// The fields both backends fill, compared exactly.
 inline void expect_same_window(const Snapshot& expected, const Snapshot& actual) {
@@ -47,4 +47,4 @@ inline void expect_same_recording(RecordMode mode, const Snapshot& expected,
   }
 }
 
-}  // namespace moestat::testing
+}  // namespace moestat::test

@@ -64,7 +64,7 @@ void require_usable_device(int device) {
           "CpuRecorder, or run where a GPU is",
           cudaGetErrorName(status), cudaGetErrorString(status));
     }
-    cuda::throw_cuda_error("cudaGetDeviceCount(&count)", status, __FILE__, __LINE__);
+    cuda_support::throw_cuda_error("cudaGetDeviceCount(&count)", status, __FILE__, __LINE__);
   }
   MOESTAT_CHECK(count > 0,
                 "CudaRecorder: no CUDA GPU on this machine; record with CpuRecorder, or run "
@@ -82,7 +82,7 @@ struct CudaRecorder::Resources {
   cuda::DeviceBuffers buffers{};
   cuda::ControlBlock* control = nullptr;  // device memory, written by control calls
   cuda::ControlBlock requested{};         // host copy of what control calls last wrote
-  cuda::DeviceAllocations memory;
+  cuda_support::DeviceAllocations memory;
   cudaStream_t control_stream = nullptr;  // snapshots and placement uploads
   int32_t* placement_maps = nullptr;
   std::int64_t* local_counts = nullptr;         // [P / ep_size] device copy of host local counts

@@ -25,6 +25,8 @@
 
 namespace moestat::record::cuda {
 
+using cuda_support::DeviceAllocations;
+
 class TokenStaging;
 
 /// The decay launch_end_pass takes where no decayed loads are kept.

@@ -13,6 +13,9 @@
 
 namespace moestat::record::cuda {
 
+using cuda_support::OwnedEvent;
+using cuda_support::OwnedStream;
+
 class TraceStorage final : public StoragePolicy {
  public:
   explicit TraceStorage(const StorageSetup& setup);

@@ -16,9 +16,9 @@ namespace moestat::routes {
 
 namespace {
 
-using record::cuda::DeviceAllocations;
-using record::cuda::OwnedEvent;
-using record::cuda::OwnedStream;
+using cuda_support::DeviceAllocations;
+using cuda_support::OwnedEvent;
+using cuda_support::OwnedStream;
 
 /// Pinned host memory, freed with the object.
 template <typename T>
