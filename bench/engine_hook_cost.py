@@ -8,11 +8,16 @@ moestat adds per layer (and per pass, for the pass's begin and end).
         [--layers 48] [--tokens 1 256] [--passes 200]
 
 Prints one JSON line per adapter and token count: microseconds per layer hook and per pass
-(median of --repeats runs of --passes passes each).
+(median of --repeats runs of --passes passes each), in CPU time of the calling thread, as the
+C++ benchmarks count it, so that other processes on a shared machine do not count; and the
+Python function calls per layer hook and per pass (cProfile's count over 10 passes), which no
+other load on the machine changes.
 """
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import time
 import types
@@ -108,10 +113,19 @@ ADAPTERS = {"sglang": sglang_pass, "vllm": vllm_pass, "transformers": transforme
 
 
 def seconds_per_pass(function, passes):
-    began = time.perf_counter()
+    began = time.thread_time()
     for _ in range(passes):
         function()
-    return (time.perf_counter() - began) / passes
+    return (time.thread_time() - began) / passes
+
+
+def python_calls(function, passes=10):
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(passes):
+        function()
+    profile.disable()
+    return sum(entry[1] for entry in pstats.Stats(profile).stats.values()) / passes
 
 
 def main():
@@ -133,10 +147,13 @@ def main():
                 full.append(seconds_per_pass(one_pass, arguments.passes))
                 frame.append(seconds_per_pass(hooks_only, arguments.passes))
             full, frame = statistics.median(full), statistics.median(frame)
+            calls_full, calls_frame = python_calls(one_pass), python_calls(hooks_only)
             print(json.dumps(dict(
                 adapter=name, tokens=tokens, layers=arguments.layers,
                 us_per_layer_hook=round((full - frame) / arguments.layers * 1e6, 2),
-                us_per_pass_frame=round(frame * 1e6, 2))), flush=True)
+                us_per_pass_frame=round(frame * 1e6, 2),
+                calls_per_layer_hook=round((calls_full - calls_frame) / arguments.layers, 2),
+                calls_per_pass_frame=calls_frame)), flush=True)
 
 
 if __name__ == "__main__":
