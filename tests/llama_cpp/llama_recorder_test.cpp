@@ -388,6 +388,89 @@ TEST(LlamaRecordCommand, RefusesPromptsItCannotRun) {
   EXPECT_TRUE(moestat::test::contains(no_model.err, "could not load the model")) << no_model.err;
 }
 
+/// A tensor as llama.cpp hands it to the callback: `name`, I32 [columns, rows] in ggml's order,
+/// rows `row_stride` ids apart, in host memory (no backend buffer).
+ggml_tensor host_tensor(const char* name, std::vector<std::int32_t>& ids, std::int64_t columns,
+                        std::int64_t rows, std::int64_t row_stride) {
+  ggml_tensor tensor{};
+  tensor.type = GGML_TYPE_I32;
+  tensor.ne[0] = columns;
+  tensor.ne[1] = rows;
+  tensor.ne[2] = tensor.ne[3] = 1;
+  tensor.nb[0] = sizeof(std::int32_t);
+  tensor.nb[1] = std::size_t(row_stride) * sizeof(std::int32_t);
+  tensor.nb[2] = tensor.nb[3] = tensor.nb[1] * std::size_t(rows);
+  tensor.data = ids.data();
+  std::snprintf(tensor.name, sizeof(tensor.name), "%s", name);
+  return tensor;
+}
+
+/// The callback as llama.cpp's scheduler calls it: ask, then the data if wanted.
+bool evaluate(ggml_tensor& tensor, LlamaRecorder& recorder) {
+  if (!LlamaRecorder::eval_callback(&tensor, true, &recorder)) return true;
+  return LlamaRecorder::eval_callback(&tensor, false, &recorder);
+}
+
+// Only `ffn_moe_topk-<layer>` is asked for, read with its row stride (the argsort's n_expert
+// ids, not top-k), attributed to the layer of its name; a 0-row layer counts nothing.
+TEST(LlamaRecorderCallback, ReadsTheTopkViewOfItsLayerOnly) {
+  moestat::record::CpuRecorder recorder(moestat::ModelTopology::uniform(3, 4, 2),
+                                        {.mode = moestat::RecordMode::kStat, .window_size = -1});
+  LlamaRecorder llama_recorder(recorder);
+  recorder.start();
+  llama_recorder.start();
+  // Two tokens; each row holds all 4 ids of the argsort, of which the view shows 2.
+  std::vector<std::int32_t> ids{3, 1, 0, 2, 2, 3, 1, 0};
+  for (const char* other : {"ffn_moe_group_topk-1", "ffn_moe_topk-1 (view)", "ffn_moe_topk-",
+                            "ffn_moe_topk-x", "ffn_moe_probs-1", "ffn_moe_topk-1x"}) {
+    ggml_tensor tensor = host_tensor(other, ids, 2, 2, 4);
+    EXPECT_FALSE(LlamaRecorder::eval_callback(&tensor, true, &llama_recorder)) << other;
+  }
+  ggml_tensor layer1 = host_tensor("ffn_moe_topk-1", ids, 2, 2, 4);
+  ggml_tensor layer2_empty = host_tensor("ffn_moe_topk-2", ids, 2, 0, 4);
+  EXPECT_TRUE(evaluate(layer1, llama_recorder));
+  EXPECT_TRUE(evaluate(layer2_empty, llama_recorder));
+  llama_recorder.end_pass();
+  EXPECT_EQ(recorder.snapshot().logical_totals(),
+            (std::vector<std::int64_t>{0, 0, 0, 0, 0, 1, 1, 2, 0, 0, 0, 0}));
+}
+
+// A layer at or below the last one starts the next micro-batch's pass.
+TEST(LlamaRecorderCallback, ANewMicroBatchStartsANewPass) {
+  moestat::record::CpuRecorder recorder(moestat::ModelTopology::uniform(2, 4, 1),
+                                        {.mode = moestat::RecordMode::kStat, .window_size = -1});
+  LlamaRecorder llama_recorder(recorder);
+  recorder.start();
+  llama_recorder.start();
+  std::vector<std::int32_t> ids{1};
+  ggml_tensor layer0 = host_tensor("ffn_moe_topk-0", ids, 1, 1, 1);
+  ggml_tensor layer1 = host_tensor("ffn_moe_topk-1", ids, 1, 1, 1);
+  for (ggml_tensor* tensor : {&layer0, &layer1, &layer0, &layer1, &layer1}) {
+    EXPECT_TRUE(evaluate(*tensor, llama_recorder));
+  }
+  llama_recorder.end_pass();
+  EXPECT_EQ(llama_recorder.num_passes(), 3);
+  EXPECT_EQ(recorder.snapshot().window_size(), 3);
+}
+
+// A layer outside the topology stops the graph (false) and is reported by end_pass; nothing
+// more is asked for until then, and the broken pass is not recorded.
+TEST(LlamaRecorderCallback, AnErrorStopsTheGraphAndIsReportedOnce) {
+  moestat::record::CpuRecorder recorder(moestat::ModelTopology::uniform(2, 4, 1));
+  LlamaRecorder llama_recorder(recorder);
+  recorder.start();
+  llama_recorder.start();
+  std::vector<std::int32_t> ids{1};
+  ggml_tensor layer0 = host_tensor("ffn_moe_topk-0", ids, 1, 1, 1);
+  ggml_tensor layer7 = host_tensor("ffn_moe_topk-7", ids, 1, 1, 1);
+  EXPECT_TRUE(evaluate(layer0, llama_recorder));
+  EXPECT_FALSE(evaluate(layer7, llama_recorder));
+  EXPECT_FALSE(LlamaRecorder::eval_callback(&layer0, true, &llama_recorder));
+  EXPECT_MOESTAT_ERROR(llama_recorder.end_pass(), "layer 7");
+  EXPECT_NO_THROW(llama_recorder.end_pass());
+  EXPECT_EQ(recorder.snapshot().window_size(), 0);
+}
+
 TEST(LlamaRecorder, AttachesOnce) {
   moestat::record::CpuRecorder recorder(moestat::ModelTopology::uniform(kLayers, kExperts, kTopK));
   LlamaRecorder first(recorder);
