@@ -13,7 +13,8 @@ namespace moestat::cli {
 /// What --stats of plan, eval and hot-experts takes: io::read_counts, fractional loads kept.
 inline constexpr const char* kStatsFileHelp =
     "Load file: JSON with logical_count [L][E] or [W][L][E] (SGLang, moestat snapshots) or "
-    "expert_popularity [L][E]; an SGLang .pt dump; .safetensors with a logical_count tensor";
+    "expert_popularity [L][E]; an SGLang .pt dump; .safetensors with a logical_count tensor; "
+    "llama.cpp's imatrix .gguf (llama-imatrix's per-expert counts)";
 
 /// A placement file (`{"physical_to_logical_map": [L][P]}`) for `num_logical_experts`
 /// experts, from `.json`, `.pt` or `.safetensors`: what every --placement and --previous
