@@ -333,9 +333,9 @@ def read_logical_counts(path: str | os.PathLike) -> object:
     read_counts(path)['counts']: int64 [passes, layers, experts] ([layers, experts] when the file has no pass axis). Raises moestat.Error naming the file and the problem.
     """
 
-def write_logical_counts(path: str | os.PathLike, counts: Annotated[NDArray, dict(writable=False)]) -> None:
+def write_logical_counts(path: str | os.PathLike, counts: Annotated[NDArray, dict(writable=False)], *, metadata: str | None = None) -> None:
     """
-    Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.
+    Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an SGLang stat dump, .json {'logical_count'}, .safetensors. metadata: a JSON object's text whose members follow logical_count in a .json file (vLLM's {'vllm_eplb': {...}}); moestat.Error for another extension, or text that is not a JSON object. Atomic.
     """
 
 def read_placement(path: str | os.PathLike, num_logical_experts: int = 0, version: int = 0, num_layers: int = 0, num_physical_experts: int = 0) -> Placement:

@@ -7,6 +7,8 @@
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
+#include <optional>
+#include <string>
 
 #include "arguments.hpp"
 #include "arrays.hpp"
@@ -183,20 +185,30 @@ void bind_files(nb::module_& module) {
       "the file has no pass axis). Raises moestat.Error naming the file and the problem.");
   module.def(
       "write_logical_counts",
-      [](nb::handle path, nb::handle counts) {
+      [](nb::handle path, nb::handle counts, nb::handle metadata) {
         constexpr const char* kFunction = "write_logical_counts";
         const std::filesystem::path file = path_argument(path, kFunction, "path");
         const CountWindow value =
             counts_of(array_argument(counts, kFunction, "counts",
                                      "of [layers, experts] or [passes, layers, experts] counts"));
+        const std::optional<std::string> members =
+            metadata.is_none() ? std::nullopt
+                               : std::optional(value_argument<std::string>(
+                                     metadata, kFunction, "metadata", "a str or None"));
         nb::gil_scoped_release unlocked;
-        io::write_counts(file, value);
+        if (members) {
+          io::write_counts(file, value, *members);
+        } else {
+          io::write_counts(file, value);
+        }
       },
-      "path"_a.none(), "counts"_a.none(),
+      "path"_a.none(), "counts"_a.none(), nb::kw_only(), "metadata"_a.none() = nb::none(),
       nb::sig("def write_logical_counts(path: str | os.PathLike, counts: " MOESTAT_STUB_ARRAY
-              ") -> None"),
+              ", *, metadata: str | None = None) -> None"),
       "Writes [layers, experts] or [passes, layers, experts] counts by extension: .pt an "
-      "SGLang stat dump, .json {'logical_count'}, .safetensors. Atomic.");
+      "SGLang stat dump, .json {'logical_count'}, .safetensors. metadata: a JSON object's text "
+      "whose members follow logical_count in a .json file (vLLM's {'vllm_eplb': {...}}); "
+      "moestat.Error for another extension, or text that is not a JSON object. Atomic.");
   module.def(
       "read_placement",
       [](nb::handle path, nb::handle num_logical_experts, nb::handle version, nb::handle num_layers,

@@ -391,6 +391,25 @@ std::string logical_counts_to_json(const CountWindow& counts) {
   return detail::json_codec().write(counts);
 }
 
+std::string logical_counts_to_json(const CountWindow& counts, std::string_view members) {
+  check_json(members);
+  const detail::OrderedJson extra =
+      detail::OrderedJson::parse(members, nullptr, /*allow_exceptions=*/false);
+  MOESTAT_CHECK(extra.is_object(), "counts metadata: expected a JSON object, got {}",
+                extra.is_discarded() ? "text that is not JSON" : extra.type_name());
+  detail::OrderedJson document = detail::OrderedJson::object();
+  const StatisticsFile file = counts;
+  for (const auto& [name, tensor] :
+       detail::payload_mapping(StatisticsKind::kLogicalCounts).to_tensors(file).tensors) {
+    document[name] = detail::nested_of(tensor);
+  }
+  for (const auto& [key, value] : extra.items()) {
+    MOESTAT_CHECK(!document.contains(key), "counts metadata: {} is the counts' own key", key);
+    document[key] = value;
+  }
+  return detail::dump_document(document);
+}
+
 CountWindow logical_counts_from_json(std::string_view text, Fractions fractions) {
   return std::get<CountWindow>(detail::payload_from_document(
       detail::parse_json(text), detail::kCountsMapping, {.fractions = fractions}));

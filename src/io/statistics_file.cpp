@@ -54,6 +54,13 @@ void write_counts(const std::filesystem::path& path, const CountWindow& counts) 
   write_statistics_file(path, counts);
 }
 
+void write_counts(const std::filesystem::path& path, const CountWindow& counts,
+                  std::string_view json_members) {
+  MOESTAT_CHECK(format_of_extension(path) == FileFormat::kJson,
+                "{}: counts metadata is written only to a .json file", path.string());
+  write_file_atomically(path, logical_counts_to_json(counts, json_members));
+}
+
 Placement read_placement(const std::filesystem::path& path, std::int64_t num_logical_experts,
                          std::uint64_t version, std::int64_t num_layers,
                          std::int64_t num_physical_experts) {

@@ -307,6 +307,28 @@ TEST(Statistics, PlacementsRoundTripInEveryFormat) {
                {"p.txt", "unknown extension"});
 }
 
+TEST(Statistics, CountsJsonCarriesAnEnginesMembersAfterTheCounts) {
+  ScratchDir dir;
+  const CountWindow counts =
+      test::counts_only(io::logical_counts_from_json(R"({"logical_count": [[1, 2], [3, 4]]})"));
+  const std::filesystem::path path = dir.path() / "c.json";
+  io::write_counts(path, counts, R"({"vllm_eplb": {"num_ranks": 2, "what": "a \"load\""}})");
+  const std::string text = io::read_text_file(path);
+  const std::string counts_only = io::logical_counts_to_json(counts);  // "{...\n}\n"
+  EXPECT_EQ(text.substr(0, counts_only.size() - 3), counts_only.substr(0, counts_only.size() - 3));
+  EXPECT_GT(text.find("\"vllm_eplb\""), text.find("\"logical_count\"")) << text;
+  EXPECT_NE(text.find(R"(a \"load\")"), std::string::npos) << text;
+  EXPECT_EQ(io::read_counts(path), counts);
+  expect_error([&] { io::write_counts(dir.path() / "c.pt", counts, "{}"); },
+               {"c.pt: counts metadata is written only to a .json file"});
+  expect_error([&] { io::write_counts(path, counts, "[1]"); },
+               {"counts metadata: expected a JSON object, got array"});
+  expect_error([&] { io::write_counts(path, counts, "{"); }, {"text that is not JSON"});
+  expect_error([&] { io::write_counts(path, counts, R"({"logical_count": 1})"); },
+               {"logical_count is the counts' own key"});
+  expect_error([&] { io::write_counts(path, counts, R"({"a": 1, "a": 2})"); }, {"twice"});
+}
+
 TEST(Statistics, CountsRoundTripInEveryFormatAndAreDetectedByContent) {
   ScratchDir dir;
   const CountWindow counts =

@@ -119,6 +119,27 @@ def test_sglang_dump_metadata_nested_too_deep_is_refused(tmp_path, rng):
                                   passes={4: {"forward_pass_id": 1, "metadata": {"x": deep}}})
 
 
+def test_counts_json_carries_an_engines_metadata_after_the_counts(tmp_path):
+    """What vLLM's offline path writes: {"logical_count": ..., "vllm_eplb": {...}}."""
+    import json
+
+    counts = np.array([[1, 2], [3, 4]])
+    metadata = {"what": "a \"window\"", "num_ranks": 2, "pp_rank": None}
+    path = tmp_path / "load.json"
+    moestat.write_logical_counts(path, counts, metadata=json.dumps({"vllm_eplb": metadata}))
+    document = json.loads(path.read_text())
+    assert list(document) == ["logical_count", "vllm_eplb"]
+    assert document["logical_count"] == counts.tolist() and document["vllm_eplb"] == metadata
+    np.testing.assert_array_equal(moestat.read_logical_counts(path), counts)
+    with pytest.raises(moestat.Error, match="counts metadata is written only to a .json file"):
+        moestat.write_logical_counts(tmp_path / "load.pt", counts, metadata="{}")
+    with pytest.raises(moestat.Error, match="expected a JSON object, got array"):
+        moestat.write_logical_counts(path, counts, metadata="[]")
+    with pytest.raises(TypeError, match="metadata must be a str or None, got dict"):
+        moestat.write_logical_counts(path, counts, metadata={})
+    assert not (tmp_path / "load.pt").exists()
+
+
 def test_fractional_loads_are_read_only_when_asked_for(tmp_path):
     path = tmp_path / "popularity.json"
     path.write_text('{"expert_popularity": [[1.5, 2], [0, 0.25]]}')

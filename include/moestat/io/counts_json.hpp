@@ -16,6 +16,10 @@ enum class Fractions : std::uint8_t { kRefuse, kKeep };
 /// Pass metadata is not part of SGLang's format and is not written. moestat::Error when
 /// sizes do not match, a count is negative or the window is fractional.
 std::string logical_counts_to_json(const CountWindow& counts);
+/// As above, followed by the members of `members`, a JSON object's text, in its order: what
+/// an engine says of its counts beside them (vLLM's {"vllm_eplb": {...}}). moestat::Error
+/// when `members` is not an object within the JSON readers' bounds or names "logical_count".
+std::string logical_counts_to_json(const CountWindow& counts, std::string_view members);
 /// Reads SGLang's `logical_count` [L][E] or [W][L][E], or fiddler's `expert_popularity`
 /// [L][E] (its Mixtral statistics), from a JSON object (other keys are ignored). Every entry
 /// must be a non-negative number, whole unless `fractions` is kKeep (a whole float such as

@@ -33,6 +33,11 @@ CountWindow read_counts(const DetectedFile& file, Fractions fractions = Fraction
 /// needs it) with metadata {"format": "moestat.logical_count"}. Whole counts only; pass
 /// metadata is not written (none of these formats has it). Atomic.
 void write_counts(const std::filesystem::path& path, const CountWindow& counts);
+/// As above to a .json path, the counts followed by the members of `json_members`, a JSON
+/// object's text (logical_counts_to_json); moestat::Error for another extension, whose
+/// formats have no place for them.
+void write_counts(const std::filesystem::path& path, const CountWindow& counts,
+                  std::string_view json_members);
 
 /// A placement from .json, .pt ({"physical_to_logical_map"}) or .safetensors (a tensor
 /// "physical_to_logical_map"); E and version as placement_from_json. `num_layers` and
