@@ -401,18 +401,19 @@ GgufHeader read_gguf_header_file(const std::filesystem::path& path) {
 }
 
 std::optional<std::uint64_t> ggml_tensor_bytes(const GgufTensorInfo& tensor) {
-  // ggml's type traits (ggml.c): {block size in elements, bytes per block}, by type id.
+  // ggml's type traits (ggml.c): {block size in elements, bytes per block}, by type id; the
+  // same as gguf-py's GGML_QUANT_SIZES of the llama.cpp llama-cpp-python 0.3.36 vendors.
   struct Block {
     std::uint32_t type;
     std::uint64_t elements, bytes;
   };
-  static constexpr std::array<Block, 31> kBlocks{{
+  static constexpr std::array<Block, 35> kBlocks{{
       {0, 1, 4},      {1, 1, 2},      {2, 32, 18},   {3, 32, 20},    {6, 32, 22},    {7, 32, 24},
       {8, 32, 34},    {9, 32, 36},    {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176},
       {14, 256, 210}, {15, 256, 292}, {16, 256, 66}, {17, 256, 74},  {18, 256, 98},  {19, 256, 50},
       {20, 32, 18},   {21, 256, 110}, {22, 256, 82}, {23, 256, 136}, {24, 1, 1},     {25, 1, 2},
       {26, 1, 4},     {27, 1, 8},     {28, 1, 8},    {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
-      {35, 256, 66},
+      {35, 256, 66},  {39, 32, 17},   {40, 64, 36},  {41, 128, 18},  {42, 64, 18},
   }};
   const auto* block = std::find_if(kBlocks.begin(), kBlocks.end(),
                                    [&](const Block& b) { return b.type == tensor.type; });

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <moestat/io/gguf.hpp>
 #include <moestat/io/statistics.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -101,6 +102,27 @@ TEST_F(LlamaImatrix, EveryLayerOfASharedExpertModelCountsTokensTimesTopK) {
     // Random routers spread the tokens: more than the top-k experts are used.
     EXPECT_GT(std::count_if(row, row + 8, [](std::int64_t c) { return c > 0; }), 2) << layer;
   }
+}
+
+TEST(GgmlTypeSizes, AreThoseOfLlamaCppsOwnGgufPackage) {
+  // gguf-py's GGML_QUANT_SIZES: {type: (elements per block, bytes per block)}.
+  ScratchDir dir;
+  const fs::path sizes = dir.path() / "sizes.txt";
+  const std::string command = fmt::format(
+      "PYTHONPATH='{}' '{}' -c 'import gguf\nfor t, (b, s) in gguf.GGML_QUANT_SIZES.items(): "
+      "print(int(t), b, s)' > '{}'",
+      MOESTAT_LLAMA_GGUF_PY, MOESTAT_PYTHON, sizes.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream in(sizes);
+  std::uint32_t type = 0;
+  std::int64_t block = 0;
+  std::uint64_t bytes = 0;
+  int types = 0;
+  while (in >> type >> block >> bytes) {
+    ++types;
+    EXPECT_EQ(io::ggml_tensor_bytes({"t", {block * 2, 3}, type, 0}), bytes * 2 * 3) << type;
+  }
+  EXPECT_GE(types, 35);
 }
 
 }  // namespace

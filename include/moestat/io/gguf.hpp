@@ -55,8 +55,8 @@ GgufHeader read_gguf_header(std::span<const std::byte> bytes, std::string_view n
 /// 64 MiB are read: moestat::Error naming `path` when its header goes beyond them.
 GgufHeader read_gguf_header_file(const std::filesystem::path& path);
 
-/// The bytes of `tensor`'s data from its ggml type (F32, F16, BF16, the Q*_0/1, K and IQ
-/// quantisations, MXFP4), nullopt for a type this table does not know.
+/// The bytes of `tensor`'s data from its ggml type (F32, F16, BF16, the integer types, the
+/// Q, K, IQ and TQ quantisations, MXFP4, NVFP4), nullopt for a type this table does not know.
 std::optional<std::uint64_t> ggml_tensor_bytes(const GgufTensorInfo& tensor);
 
 /// The routing counts of an imatrix file written by `llama-imatrix`: for each decoder layer N
