@@ -321,11 +321,13 @@ def advise_rebalance(placement: Placement, counts: Annotated[NDArray, dict(writa
     """
 
 def file_format(path: str | os.PathLike) -> str:
-    """'json', 'pt', 'safetensors' or 'trace', from the file's first bytes."""
+    """
+    'json', 'pt', 'safetensors', 'trace' or 'gguf', from the file's first bytes.
+    """
 
 def read_counts(path: str | os.PathLike, fractions: bool = False) -> dict:
     """
-    Any counts file, as every moestat command reads it: {'counts': [passes, layers, experts] int64 ([layers, experts] when the file has no pass axis), 'has_window_axis': bool, 'pass_ids', 'placement_versions', 'pass_num_tokens': [passes] arrays, or None where the file does not say}. From an SGLang stat, per-pass or per-token dump (.pt), a moestat snapshot, {'logical_count'} or {'expert_popularity'} JSON, or a .safetensors file. Entries that are not whole numbers are an error unless fractions=True, which reads them as float64 loads. Raises moestat.Error naming the file and the problem.
+    Any counts file, as every moestat command reads it: {'counts': [passes, layers, experts] int64 ([layers, experts] when the file has no pass axis), 'has_window_axis': bool, 'pass_ids', 'placement_versions', 'pass_num_tokens': [passes] arrays, or None where the file does not say}. From an SGLang stat, per-pass or per-token dump (.pt), a moestat snapshot, {'logical_count'} or {'expert_popularity'} JSON, a .safetensors file, or llama.cpp's imatrix .gguf (llama-imatrix's per-expert counts). Entries that are not whole numbers are an error unless fractions=True, which reads them as float64 loads. Raises moestat.Error naming the file and the problem.
     """
 
 def read_logical_counts(path: str | os.PathLike) -> object:

@@ -147,7 +147,7 @@ void bind_files(nb::module_& module) {
         return std::string(io::file_format_name(io::detect_file_format(file)));
       },
       "path"_a.none(), nb::sig("def file_format(path: str | os.PathLike) -> str"),
-      "'json', 'pt', 'safetensors' or 'trace', from the file's first bytes.");
+      "'json', 'pt', 'safetensors', 'trace' or 'gguf', from the file's first bytes.");
   module.def(
       "read_counts",
       [](nb::handle path, nb::handle fractions) {
@@ -170,7 +170,8 @@ void bind_files(nb::module_& module) {
       "'has_window_axis': bool, 'pass_ids', 'placement_versions', 'pass_num_tokens': [passes] "
       "arrays, or None where the file does not say}. From an SGLang stat, per-pass or "
       "per-token dump (.pt), a moestat snapshot, {'logical_count'} or {'expert_popularity'} "
-      "JSON, or a .safetensors file. Entries that are not whole numbers are an error unless "
+      "JSON, a .safetensors file, or llama.cpp's imatrix .gguf (llama-imatrix's per-expert "
+      "counts). Entries that are not whole numbers are an error unless "
       "fractions=True, which reads them as float64 loads. Raises moestat.Error naming the "
       "file and the problem.");
   module.def(
