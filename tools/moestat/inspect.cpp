@@ -147,8 +147,8 @@ class InspectCommand final : public Command {
     CLI::App* sub = app.add_subcommand(
         "inspect",
         "Say what a file is (moestat snapshot, SGLang logical_count or dump, placement, GPU "
-        "expert mask, per-token trace, per-request routes; JSON, .pt or safetensors) and "
-        "summarise it");
+        "expert mask, per-token trace, per-request routes, llama-imatrix counts; JSON, .pt, "
+        "safetensors or GGUF) and summarise it");
     sub->add_option("FILE", path_, "The file to inspect (format detected from its contents)")
         ->required();
     sub->add_flag("--json", json_, "Print one JSON object instead of text");
