@@ -5,7 +5,7 @@
   buffer (pass ``i`` since the recorder was made, counting only recorded passes, in row
   ``i % buffer_size``; unused rows zero), summed over ranks; rank 0 alone writes the file.
 - ``per_pass`` / ``per_token``: ``{"records": [...], "last_physical_to_logical_map"}``, every
-  rank its own file, written by moestat's C++ writer (``moestat.write_sglang_dump``).
+  rank its own file.
 
 Files are written to a temporary name and renamed, so a reader never sees half a dump.
 """
@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .._core import Placement, gpu_loads, write_sglang_dump
+from .._core import gpu_loads
 from ..engines.ranks import sum_over_ranks
 from . import balancedness
 
 logger = logging.getLogger(__name__)
+
+GATHERER_KEY = "primary"  # SGLang's only single-pass gatherer key
 
 
 def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, device, adds):
@@ -58,30 +59,56 @@ def stat_dump(snapshot, *, config, rank, ring_start, num_passes, num_gpus, devic
     return output
 
 
-def detail_dump(snapshot, *, passes, rank, physical_to_logical_map, directory=None):
-    """The per_pass / per_token dump: one record per recorded pass, in order, written by
-    moestat's C++ writer (``write_sglang_dump``) as SGLang's recorder writes it.
+def detail_dump(snapshot, *, passes, rank, physical_to_logical_map):
+    """The per_pass / per_token dump: one record per recorded pass, in order.
 
     ``passes`` maps the recorder's pass ids to what the engine said about each pass:
     ``{"forward_pass_id": ..., "metadata": {...} or None, "misc_objects": [...]}``.
-    ``directory``: where the file goes, under SGLang's name; None: the dump is returned, read
-    back from a file written to a scratch directory (so its layout is written once, in C++).
     """
-    placement = Placement(
-        np.ascontiguousarray(torch.as_tensor(physical_to_logical_map).cpu().numpy(),
-                             dtype=np.int64),
-        num_logical_experts=snapshot.num_logical_experts)
-    if directory is not None:
-        path = write_sglang_dump(snapshot, placement, rank, directory, passes=passes)
-        logger.info(f"Write expert distribution to {path}")
-        return None
-    with tempfile.TemporaryDirectory() as scratch:
-        path = write_sglang_dump(snapshot, placement, rank, scratch, passes=passes)
-        return torch.load(path, weights_only=False)  # this file, just written by moestat
+    if snapshot.mode == "per_token":
+        records = _per_token_records(snapshot, passes, rank)
+    else:
+        counts = torch.from_numpy(snapshot.physical_counts).to(torch.int32)
+        records = [
+            dict(forward_pass_id=passes[int(pass_id)]["forward_pass_id"], rank=rank,
+                 gatherer_key=GATHERER_KEY, global_physical_count=counts[i].clone())
+            for i, pass_id in enumerate(snapshot.pass_ids)
+        ]
+    return dict(records=records, last_physical_to_logical_map=physical_to_logical_map)
+
+
+def _per_token_records(snapshot, passes, rank, columns=8):
+    """``columns``: SGLang's per-token buffer width, whatever the model's top-k."""
+    token_pass_ids = snapshot.token_pass_ids  # ascending: passes keep their tokens in order
+    token_ids = snapshot.token_physical_ids  # [N, L, top_k], -1 where nothing counts
+    num_physical = snapshot.num_physical_experts
+    records = []
+    for pass_id in sorted(passes):
+        info = passes[pass_id]
+        metadata = info["metadata"]
+        num_tokens = len(metadata["input_ids"])
+        ids = np.full((snapshot.num_layers, num_tokens, columns), -1, dtype=np.int32)
+        first, end = np.searchsorted(token_pass_ids, [pass_id, pass_id + 1])
+        mine = token_ids[first:end][:num_tokens]
+        ids[:, : mine.shape[0], : snapshot.top_k] = mine.transpose(1, 0, 2)
+        counts = np.zeros((snapshot.num_layers, num_physical), dtype=np.int32)
+        for layer in range(snapshot.num_layers):
+            routed = ids[layer][ids[layer] >= 0]
+            counts[layer] = np.bincount(routed, minlength=num_physical)
+        records.append(dict(forward_pass_id=info["forward_pass_id"], rank=rank,
+                            gatherer_key=GATHERER_KEY, **metadata,
+                            topk_ids_of_layer=torch.from_numpy(ids),
+                            misc_objects=info["misc_objects"],
+                            global_physical_count=torch.from_numpy(counts)))
+    return records
 
 
 def stat_file_name() -> str:
     return f"expert_distribution_recorder_{time.time()}.pt"
+
+
+def detail_file_name(rank) -> str:
+    return f"expert_distribution_recorder_{time.time()}_{rank}.pt"
 
 
 def save_atomically(data, directory, name) -> Path:

@@ -48,9 +48,8 @@ class _PassLog(abc.ABC):
         self.passes_since_reset = 0
 
     @abc.abstractmethod
-    def dump(self, snapshot, *, to_file: bool):
-        """The dump of ``snapshot``; ``to_file``: written where SGLang writes it instead (the
-        dump is then returned or not)."""
+    def dump(self, snapshot, *, to_file: bool) -> dict:
+        """The dump of ``snapshot``; ``to_file``: also written where SGLang writes it."""
 
 
 class StatLog(_PassLog):
@@ -100,6 +99,9 @@ class DetailLog(_PassLog):
                         if pass_id == open_pass_id}
 
     def dump(self, snapshot, *, to_file: bool) -> dict:
-        return dumps.detail_dump(snapshot, passes=self._passes, rank=self._rank,
-                                 physical_to_logical_map=self._metadata.physical_to_logical_map,
-                                 directory=self._config.dump_dir() if to_file else None)
+        output = dumps.detail_dump(snapshot, passes=self._passes, rank=self._rank,
+                                   physical_to_logical_map=self._metadata.physical_to_logical_map)
+        if to_file:
+            dumps.save_atomically(output, self._config.dump_dir(),
+                                  dumps.detail_file_name(self._rank))
+        return output
