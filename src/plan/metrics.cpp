@@ -3,6 +3,8 @@
 #include <moestat/plan/metrics.hpp>
 #include <numeric>
 
+#include "served_balance.hpp"
+
 namespace moestat::plan {
 
 std::vector<double> gpu_loads(const ExpertLoads& loads, const Placement& placement,
@@ -140,6 +142,11 @@ double hot_expert_hit_rate(const ExpertLoads& loads, std::span<const std::uint8_
     if (mask[i] != 0) hit += loads.values[i];
   }
   return total > 0.0 ? hit / total : 0.0;
+}
+
+double served_balancedness(const CountWindow& window, std::span<const std::int64_t> passes,
+                           const Placement& placement, std::int64_t num_gpus) {
+  return detail::served_balancedness(detail::pass_loads(window, passes, placement, num_gpus));
 }
 
 }  // namespace moestat::plan

@@ -2,12 +2,21 @@
 
 #include <moestat/plan/loads.hpp>
 #include <moestat/plan/metrics.hpp>
+#include <numeric>
+#include <span>
 
 namespace moestat::report::detail {
 namespace {
 
 // The metrics are the planners' (include/moestat/plan/metrics.hpp), so a report, `moestat
 // eval` and the demo's held-out figures always agree.
+/// plan::served_balancedness of `passes`; nullopt when there are none.
+std::optional<double> served_on(const Recording& recording, std::span<const std::int64_t> passes,
+                                const Placement& placement, std::int64_t num_gpus) {
+  if (passes.empty()) return std::nullopt;
+  return plan::served_balancedness(recording.counts, passes, placement, num_gpus);
+}
+
 Evaluation evaluate_one(const Recording& recording, const Placement& placement,
                         std::int64_t num_gpus, const JudgedPasses& judged, std::string name) {
   Evaluation out;
@@ -28,6 +37,12 @@ Evaluation evaluate_one(const Recording& recording, const Placement& placement,
     out.pass_balancedness.push_back(pass_report.num_loaded_layers > 0 ? pass_report.balancedness
                                                                       : -1.0);
   }
+  if (recording.num_passes() > 0) {
+    const PassSets sets = judged_pass_sets(recording, judged);
+    out.served = Served{.all = served_on(recording, sets.all, placement, num_gpus).value_or(1.0),
+                        .decode = served_on(recording, sets.decode, placement, num_gpus),
+                        .prefill = served_on(recording, sets.prefill, placement, num_gpus)};
+  }
   return out;
 }
 
@@ -36,6 +51,25 @@ Evaluation evaluate_one(const Recording& recording, const Placement& placement,
 JudgedPasses judged_passes(const Recording& recording, const Options& options) {
   if (!options.held_out_from) return {.begin = 0, .end = recording.num_passes()};
   return {.begin = *options.held_out_from, .end = recording.num_passes(), .held_out = true};
+}
+
+PassSets judged_pass_sets(const Recording& recording, const JudgedPasses& judged) {
+  PassSets out;
+  const std::vector<std::int64_t>& tokens = recording.counts.pass_rows.pass_num_tokens;
+  double decode_load = 0.0, load = 0.0;
+  for (std::int64_t pass = judged.begin; pass < judged.end; ++pass) {
+    out.all.push_back(pass);
+    const auto row = recording.counts.counts.begin() + pass * recording.counts.pass_size();
+    const double pass_load =
+        double(std::accumulate(row, row + recording.counts.pass_size(), std::int64_t{0}));
+    load += pass_load;
+    if (tokens.empty()) continue;
+    const bool decode = tokens[std::size_t(pass)] < kPrefillMinTokens;
+    (decode ? out.decode : out.prefill).push_back(pass);
+    if (decode) decode_load += pass_load;
+  }
+  out.decode_load_share = load > 0.0 ? decode_load / load : 0.0;
+  return out;
 }
 
 std::vector<Evaluation> evaluate(const Recording& recording, const Options& options) {

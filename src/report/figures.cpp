@@ -103,7 +103,11 @@ Chart layer_chart(const Recording& recording, const std::vector<Evaluation>& eva
 Chart pass_chart(const Recording& recording, const std::vector<Evaluation>& evaluations,
                  const JudgedPasses& judged) {
   Chart chart{.id = "pass-balancedness",
-              .title = "Balancedness of each pass",
+              // Every pass is drawn alike: a decode pass of a few tokens weighs as much as a
+              // prefill of thousands here, unlike the summary's load-weighted figures.
+              .title =
+                  "Balancedness of each pass, each drawn alike whatever its tokens (the "
+                  "summary weighs passes by load)",
               .x_title = "pass (position in the recording's window)",
               .y_title = "balancedness (mean / max GPU load)",
               .kind = ChartKind::kLines,

@@ -4,10 +4,15 @@
 #include "summary.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <iterator>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <tuple>
 
 #include "chart.hpp"
 #include "figures.hpp"
@@ -49,6 +54,16 @@ Standing standing_of(const Evaluation& evaluation, const Options& options) {
 }
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fraction); }
+
+/// What the headline's and the table's balancedness is, said next to it.
+constexpr const char* kBalancednessDefinition =
+    "Balancedness here is that of the judged passes' loads summed: the mean over layers with "
+    "load of the mean GPU load / the max GPU load (1 = a perfect split).";
+
+/// What the per-pass, load-weighted balancedness is.
+constexpr const char* kServedDefinition =
+    "a step waits for each pass's slowest GPU, so this is the sum over the judged passes and "
+    "layers of the mean GPU load / the sum of the max GPU load: 1 = no time lost to imbalance";
 
 std::string signed_change(double value, double baseline) {
   return fmt::format("{:+.3f} ({:+.1f}%)", value - baseline,
@@ -111,10 +126,77 @@ void write_best(std::string& out, const Recording& recording, const Options& opt
   fmt::format_to(std::back_inserter(out),
                  "<li><b>Best placement: {}</b>, balancedness {:.3f} {}, against {:.3f} for {}: "
                  "{}. The GPU a layer waits for carries {:.2f}× the layer's mean GPU load on "
-                 "average, against {:.2f}×: {} less load on the slowest GPU of each layer.</li>\n",
+                 "average, against {:.2f}×: {} less load on the slowest GPU of each layer. "
+                 "{}</li>\n",
                  xml_escape(evaluations[best].name), top.balancedness, judged, base.balancedness,
                  base_words, signed_change(top.balancedness, base.balancedness), top.busiest_factor,
-                 base.busiest_factor, percent(1 - top.busiest_factor / base.busiest_factor));
+                 base.busiest_factor, percent(1 - top.busiest_factor / base.busiest_factor),
+                 kBalancednessDefinition);
+}
+
+/// A placement's served balancedness on one set of passes; "-" without such passes.
+std::string served_text(const std::optional<double>& value) {
+  return value ? fmt::format("{:.3f}", *value) : std::string("-");
+}
+
+/// Where a placement balances worse than the baseline pass by pass (load-weighted): on all
+/// the judged passes, or on the decode or the prefill ones. One line each.
+void write_losses(std::string& out, const std::vector<Evaluation>& evaluations,
+                  const PassSets& sets) {
+  const std::size_t baseline = baseline_of(evaluations);
+  const Served& base = *evaluations[baseline].served;
+  const std::string decode_words =
+      fmt::format("the {} decode passes (fewer than {} tokens; {} of the load)", sets.decode.size(),
+                  kPrefillMinTokens, percent(sets.decode_load_share));
+  const std::string prefill_words =
+      fmt::format("the {} prefill passes ({} of the load)", sets.prefill.size(),
+                  percent(1.0 - sets.decode_load_share));
+  // The identity placement is a reference drawn beside the others, not a candidate.
+  for (std::size_t i = baseline == 0 ? 1 : 2; i < evaluations.size(); ++i) {
+    const Served& served = *evaluations[i].served;
+    const std::array<std::tuple<std::optional<double>, std::optional<double>, std::string>, 3>
+        sets_of_passes{{{served.all, base.all, "the judged passes as a whole"},
+                        {served.decode, base.decode, decode_words},
+                        {served.prefill, base.prefill, prefill_words}}};
+    for (const auto& [value, reference, words] : sets_of_passes) {
+      if (!value || !reference || *value >= *reference) continue;
+      fmt::format_to(std::back_inserter(out),
+                     "<li><b>{} loses to {} on {}</b>, pass by pass weighted by load: {:.3f} "
+                     "against {:.3f}.</li>\n",
+                     xml_escape(evaluations[i].name), xml_escape(evaluations[baseline].name), words,
+                     *value, *reference);
+    }
+  }
+}
+
+/// The passes one by one, each counting by its load: what a run of them waits for. A
+/// placement that wins the headline can lose here, on small decode passes above all; the
+/// summary says so rather than let the per-pass chart seem to contradict it.
+void write_served(std::string& out, const Recording& recording, const Options& options,
+                  const std::vector<Evaluation>& evaluations) {
+  if (!evaluations.front().served) return;
+  const PassSets sets = judged_pass_sets(recording, judged_passes(recording, options));
+  std::vector<std::string> all;
+  for (const Evaluation& e : evaluations) {
+    all.push_back(fmt::format("{} {:.3f}", xml_escape(e.name), e.served->all));
+  }
+  fmt::format_to(std::back_inserter(out), "<li><b>Pass by pass, weighted by load:</b> {} ({}). {}",
+                 fmt::join(all, ", "), kServedDefinition,
+                 sets.decode.empty() ? "" : "By pass size:");
+  if (!sets.decode.empty() || !sets.prefill.empty()) {
+    std::vector<std::string> split;
+    for (const Evaluation& e : evaluations) {
+      split.push_back(fmt::format("{} {} / {}", xml_escape(e.name), served_text(e.served->decode),
+                                  served_text(e.served->prefill)));
+    }
+    fmt::format_to(std::back_inserter(out),
+                   " decode / prefill ({} decode passes of fewer than {} tokens, with {} of the "
+                   "load; {} prefill passes): {}.",
+                   sets.decode.size(), kPrefillMinTokens, percent(sets.decode_load_share),
+                   sets.prefill.size(), fmt::join(split, ", "));
+  }
+  out += "</li>\n";
+  write_losses(out, evaluations, sets);
 }
 
 void write_hottest(std::string& out, const Recording& recording) {
@@ -182,6 +264,32 @@ void write_dense(std::string& out, const Recording& recording) {
                  count == 1 ? "Layer" : "Layers", layers, count == 1 ? "has" : "have");
 }
 
+/// Whether the evaluations split the passes by size (the recording keeps their tokens).
+bool split_by_size(const Evaluation& evaluation) {
+  return evaluation.served && (evaluation.served->decode || evaluation.served->prefill);
+}
+
+/// The table's columns of served balancedness: none without passes.
+std::string served_headers(const std::vector<Evaluation>& evaluations) {
+  if (!evaluations.front().served) return "";
+  return fmt::format("<th>pass by pass, by load</th>{}",
+                     split_by_size(evaluations.front())
+                         ? fmt::format("<th>decode passes (&lt; {} tokens)</th><th>prefill "
+                                       "passes</th>",
+                                       kPrefillMinTokens)
+                         : "");
+}
+
+std::string served_cells(const Evaluation& evaluation) {
+  if (!evaluation.served) return "";
+  std::string out = fmt::format("<td>{:.3f}</td>", evaluation.served->all);
+  if (split_by_size(evaluation)) {
+    out += fmt::format("<td>{}</td><td>{}</td>", served_text(evaluation.served->decode),
+                       served_text(evaluation.served->prefill));
+  }
+  return out;
+}
+
 void write_table(std::string& out, const Recording& recording, const Options& options,
                  const std::vector<Evaluation>& evaluations,
                  const std::vector<Standing>& standings) {
@@ -189,19 +297,20 @@ void write_table(std::string& out, const Recording& recording, const Options& op
   fmt::format_to(std::back_inserter(out),
                  "<h2>Placements</h2>\n<p>Judged {}.</p>\n<table class=\"placements\" "
                  "id=\"placements\">\n<tr><th>placement</th><th>balancedness</th><th>against "
-                 "{}</th><th>slowest GPU / mean, per layer</th><th>busiest GPU</th>{}</tr>\n",
+                 "{}</th>{}<th>slowest GPU / mean, per layer</th><th>busiest GPU</th>{}</tr>\n",
                  judged_words(recording, judged_passes(recording, options)),
-                 xml_escape(evaluations[baseline].name),
+                 xml_escape(evaluations[baseline].name), served_headers(evaluations),
                  options.num_nodes > 1 ? "<th>busiest node</th>" : "");
   for (std::size_t i = 0; i < evaluations.size(); ++i) {
     const Standing& s = standings[i];
     fmt::format_to(std::back_inserter(out),
                    "<tr><td><span style=\"color:{}\">&#9632;</span> {}</td><td>{:.3f}</td>"
-                   "<td>{}</td><td>{:.2f}×</td><td>GPU {}: {}</td>",
+                   "<td>{}</td>{}<td>{:.2f}×</td><td>GPU {}: {}</td>",
                    colour_of(i), xml_escape(evaluations[i].name), s.balancedness,
                    i == baseline ? "baseline"
                                  : signed_change(s.balancedness, standings[baseline].balancedness),
-                   s.busiest_factor, s.busiest_gpu, percent(s.busiest_gpu_share));
+                   served_cells(evaluations[i]), s.busiest_factor, s.busiest_gpu,
+                   percent(s.busiest_gpu_share));
     if (options.num_nodes > 1) {
       fmt::format_to(std::back_inserter(out), "<td>node {}: {}</td>", s.busiest_node,
                      percent(s.busiest_node_share));
@@ -222,6 +331,7 @@ void write_summary(std::string& out, const Recording& recording, const Options& 
   const std::size_t best = best_of(standings);
   out += "<section id=\"summary\">\n<h2>What this says</h2>\n<ul>\n";
   write_best(out, recording, options, evaluations, standings);
+  write_served(out, recording, options, evaluations);
   write_hottest(out, recording);
   write_busiest(out, options, evaluations[best], standings[best]);
   write_dense(out, recording);

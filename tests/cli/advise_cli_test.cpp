@@ -2,6 +2,7 @@
 // for the same inputs, costly moves keep the placement in force, bad input exits 1 or 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <moestat/io/counts_json.hpp>
 #include <moestat/io/files.hpp>
 #include <moestat/io/placement_json.hpp>
@@ -95,6 +96,28 @@ TEST(CliAdvise, KeepsThePlacementInForceWhenMovesCostTooMuch) {
   EXPECT_TRUE(contains(run.out, "decision:     keep the placement")) << run.out;
   EXPECT_TRUE(contains(run.out, "the placement in force, unchanged")) << run.out;
   EXPECT_TRUE(files.written().same_maps(Placement::trivial(kLayers, kSlots, kExperts)));
+}
+
+// Issue 42, item 5: four identical candidate rows when every target gave the same plan.
+TEST(CliAdvise, TargetsWithTheSamePlanShareOneRow) {
+  CountWindow even = skewed_window(8);
+  std::fill(even.counts.begin(), even.counts.end(), 100);  // balanced as it is: nothing to move
+  const Files files(even);
+  const plan::RebalanceAdvice expected = plan::advise_rebalance(
+      Placement::trivial(kLayers, kSlots, kExperts), even, kConfig, options_with_stall(0.0));
+  ASSERT_GT(expected.candidates.size(), 1u);
+  for (const plan::RebalanceCandidate& c : expected.candidates) {
+    ASSERT_TRUE(c.placement.same_maps(expected.candidates.front().placement));
+  }
+  const CliRun run = run_cli(files.args(""));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string first = fmt::format("{:g}", expected.candidates.front().target_balancedness);
+  const std::string last = fmt::format("{:g}", expected.candidates.back().target_balancedness);
+  EXPECT_TRUE(contains(run.out, "* " + first + "-" + last + " ")) << run.out;
+  // Candidate rows are the only indented lines: one for all the targets.
+  std::int64_t rows = 0;
+  for (std::size_t at = 0; (at = run.out.find("\n  ", at)) != std::string::npos; ++at) ++rows;
+  EXPECT_EQ(rows, 1) << run.out;
 }
 
 TEST(CliAdvise, PassesTheRegimeOptionsToTheLibrary) {

@@ -193,8 +193,9 @@ TEST(CliOutputs, ReportChecksEveryOutputBeforeWritingAny) {
   io::write_counts(dir.path() / "counts.json", counts_from(1));
   fs::create_directory(dir.path() / "a-directory.png");
   const std::string html = "--html " + quoted(dir.path() / "a.html");
-  for (const std::string& png :
-       {std::string("/missing/x.png"), (dir.path() / "a-directory.png").string()}) {
+  // A directory that cannot be made (its parent is a file), and a directory in the way.
+  for (const std::string& png : {(dir.path() / "counts.json" / "x.png").string(),
+                                 (dir.path() / "a-directory.png").string()}) {
     SCOPED_TRACE(png);
     const CliRun run = run_cli("report " + quoted(dir.path() / "counts.json") + " --gpus 1 " +
                                html + " --png " + quoted(fs::path(png)));
@@ -203,6 +204,38 @@ TEST(CliOutputs, ReportChecksEveryOutputBeforeWritingAny) {
     EXPECT_FALSE(fs::exists(dir.path() / "a.html"));
   }
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"a-directory.png", "counts.json"}));
+}
+
+// Issue 42, item 5: `report --html dir/x.html` failed when dir/ was missing, while `--svg DIR`
+// made its directory. Every output's missing directories are made, and removed again (with
+// what was written in them) when the command fails.
+TEST(CliOutputs, MissingDirectoriesOfOutputsAreMadeAndRemovedOnFailure) {
+  ScratchDir dir;
+  const fs::path counts = dir.path() / "counts.json";
+  io::write_counts(counts, counts_from(1));
+  const fs::path html = dir.path() / "new" / "deeper" / "r.html";
+  const fs::path png = dir.path() / "new" / "r.png";
+  const std::string outputs = fmt::format("--html {} --png {}", quoted(html), quoted(png));
+
+  // --gpus 2 does not divide the 3 experts: refused after the directories were made.
+  CliRun run = run_cli(fmt::format("report {} --gpus 2 {}", quoted(counts), outputs));
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"counts.json"});
+
+  run = run_cli(fmt::format("report {} --gpus 1 {}", quoted(counts), outputs));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(html));
+  EXPECT_TRUE(fs::is_regular_file(png));
+
+  const fs::path placement = dir.path() / "plans" / "p.json";
+  run = run_cli(fmt::format("plan --stats {} --replicas 6 --gpus 3 --out {}", quoted(counts),
+                            quoted(placement)));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(placement));
+  const fs::path converted = dir.path() / "converted" / "c.pt";
+  run = run_cli(fmt::format("convert {} {}", quoted(counts), quoted(converted)));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(converted));
 }
 
 TEST(CliOutputs, NonRegularTargetsAreRefusedNotReplaced) {

@@ -142,6 +142,89 @@ TEST(CliPlan, OneWindowFileGivesItsPassesAsScenarios) {
   EXPECT_TRUE(read_placement(dir.path() / "d.json").same_maps(plan::plan_deepseek(sum, kConfig)));
 }
 
+// Issue 42, item 4: `plan` said moestat wins on every scenario, `eval` on the same file that
+// EPLB balances better: they reported different objectives, each unnamed. Both now name
+// theirs, and print the other's too, with the same values.
+TEST(CliEval, PrintsTheSummedWindowAndPlansExpectedOverScenarios) {
+  ScratchDir dir;
+  CountWindow window{.window_size = 6, .num_layers = 4, .num_experts = 8, .has_window_axis = true};
+  for (int pass = 0; pass < 6; ++pass) {
+    const plan::ExpertLoads loads = small_loads(pass);
+    for (const double v : loads.values) window.counts.push_back(std::int64_t(v));
+  }
+  const auto stats = dir.path() / "w.json";
+  io::write_file_atomically(stats, io::logical_counts_to_json(window));
+  const auto placement_path = dir.path() / "p.json";
+  const CliRun plan_run = run_cli(
+      fmt::format("plan --stats {} {} --out {}", quoted(stats), kShape, quoted(placement_path)));
+  ASSERT_EQ(plan_run.code, 0) << plan_run.err;
+  const Placement placement = read_placement(placement_path);
+
+  double expected = 0.0;
+  const std::vector<plan::ExpertLoads> scenarios = plan::window_scenarios(window, 4);
+  for (const plan::ExpertLoads& s : scenarios) {
+    expected += plan::evaluate_placement(s, placement, 4).balancedness;
+  }
+  expected /= double(scenarios.size());
+  const double summed = plan::evaluate_placement(plan::loads_of(window), placement, 4).balancedness;
+  const std::vector<std::int64_t> passes{0, 1, 2, 3, 4, 5};
+  const double served = plan::served_balancedness(window, passes, placement, 4);
+
+  const CliRun json = run_cli(fmt::format("eval --stats {} --placement {} --gpus 4 --json",
+                                          quoted(stats), quoted(placement_path)));
+  ASSERT_EQ(json.code, 0) << json.err;
+  const Json out = Json::parse(json.out);
+  EXPECT_DOUBLE_EQ(out["balancedness"].get<double>(), summed);
+  EXPECT_DOUBLE_EQ(out["expected_balancedness"].get<double>(), expected);
+  EXPECT_EQ(out["scenario_balancedness"].size(), scenarios.size());
+  EXPECT_DOUBLE_EQ(out["served_balancedness"].get<double>(), served);
+
+  const CliRun text = run_cli(fmt::format("eval --stats {} --placement {} --gpus 4", quoted(stats),
+                                          quoted(placement_path)));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_TRUE(
+      test::contains(text.out, fmt::format("balancedness: {:.4f} (of the window summed", summed)))
+      << text.out;
+  EXPECT_TRUE(test::contains(text.out, fmt::format("expected:     {:.4f} (mean of the "
+                                                   "balancedness of {} scenarios",
+                                                   expected, scenarios.size())))
+      << text.out;
+  // plan prints the same two numbers for the placement it wrote, each named.
+  EXPECT_TRUE(
+      test::contains(plan_run.out, fmt::format("  {:.4f} (deepseek on the sum: ", expected)))
+      << plan_run.out;
+  EXPECT_TRUE(test::contains(plan_run.out, "expected: the mean over the"));
+  EXPECT_TRUE(test::contains(plan_run.out, fmt::format("  {:.4f} (deepseek on the sum: ", summed)))
+      << plan_run.out;
+  EXPECT_TRUE(test::contains(plan_run.out, "the loads summed"));
+}
+
+// Issue 42, item 5: another model's placement was "256 logical experts ... do not fit in 144
+// physical slots"; it is said to be of another shape, both shapes named.
+TEST(CliPlanCommands, APlacementOfAnotherModelIsSaidToBeOfAnotherShape) {
+  ScratchDir dir;
+  const auto stats = write_loads(dir, "a.json", small_loads(1));  // 4 layers x 8 experts
+  const auto other = dir.path() / "other.json";
+  io::write_file_atomically(other, io::placement_to_json(Placement::trivial(4, 6, 4)));
+  const std::string shapes = fmt::format(
+      "{}: shapes differ: the placement has 4 layers x 6 slots for 4 experts (ids 0 to 3); {} "
+      "has 4 layers x 8 experts",
+      other.string(), stats.string());
+  for (const std::string& args :
+       {fmt::format("eval --stats {} --placement {} --gpus 2", quoted(stats), quoted(other)),
+        fmt::format("plan --stats {} --previous {} {} --out {}", quoted(stats), quoted(other),
+                    kShape, quoted(dir.path() / "p.json")),
+        fmt::format("advise --stats {} --placement {} --gpus 2 --pass-seconds 0.01 --horizon 10",
+                    quoted(stats), quoted(other))}) {
+    SCOPED_TRACE(args);
+    const CliRun run = run_cli(args);
+    EXPECT_EQ(run.code, 1) << run.out << run.err;
+    EXPECT_TRUE(test::contains(run.err, shapes)) << run.err;
+    EXPECT_FALSE(test::contains(run.err, "do not fit")) << run.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "p.json"));
+}
+
 TEST(CliPlan, CrossNodeReplicasAreBoundedAndReported) {
   ScratchDir dir;
   const plan::ExpertLoads loads = small_loads(5);

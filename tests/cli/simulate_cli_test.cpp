@@ -80,4 +80,23 @@ TEST(SimulateCli, RefusesBadInputs) {
 }
 
 }  // namespace
+// Issue 42, item 5: `simulate --data demo-out` failed on the demo's gpu_experts_masks.pt.
+TEST(SimulateCli, TakesADemosFolderSkippingWhatIsNotAWorkload) {
+  test::ScratchDir dir;
+  ASSERT_EQ(
+      test::run_cli("demo --preset mixtral-8x7b --passes 4 --out " + test::quoted(dir.path())).code,
+      0);
+  const test::CliRun run = test::run_cli("simulate --data " + test::quoted(dir.path()) +
+                                         " --passes 20 --scenario steady --policy never "
+                                         "--replicas 8 --groups 1 --nodes 1 --gpus 2");
+  ASSERT_EQ(run.code, 0) << run.err;
+  for (const char* name : {"gpu_experts_masks.pt (expert_mask", "placement.json (placement",
+                           "placement_moestat.pt (placement"}) {
+    EXPECT_TRUE(test::contains(run.out, (dir.path() / name).string() + ": not a workload)"))
+        << name << "\n"
+        << run.out;
+  }
+  EXPECT_FALSE(test::contains(run.out, "snapshot.json (")) << run.out;
+}
+
 }  // namespace moestat::test

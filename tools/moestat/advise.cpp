@@ -117,18 +117,18 @@ class AdviseCommand final : public Command {
   }
 
   int run() override {
-    if (!out_.empty()) {
-      const std::vector<std::filesystem::path> outputs{out_};
-      check_outputs(outputs, std::vector<std::string>{stats_, placement_});
-    }
+    const std::vector<std::filesystem::path> paths{out_};  // "" when not given: skipped
+    OutputFiles output(paths, std::vector<std::string>{stats_, placement_});
     MOESTAT_CHECK(options_.move_cost.bytes_per_expert == 0.0 || link_gb_per_second_ > 0.0,
                   "--expert-bytes needs --link-bandwidth");
     options_.move_cost.link_bytes_per_second = link_gb_per_second_ * 1e9;
     const CountWindow window = io::read_counts(stats_, io::Fractions::kKeep);
-    const Placement current = read_placement_file(placement_, window.num_experts);
+    const Placement current =
+        read_placement_file(placement_, {window.num_layers, window.num_experts, stats_});
     config_.num_replicas = current.num_physical_experts();
     const plan::RebalanceAdvice advice = plan::advise_rebalance(current, window, config_, options_);
     if (!out_.empty()) write_placement_file(out_, advice.placement);
+    output.keep();
     if (json_) {
       print_json(advice);
     } else {
@@ -162,13 +162,25 @@ class AdviseCommand final : public Command {
     fmt::print(
         "candidates:   target  moved  most/GPU  balancedness after        "
         "gain s                          move s     net gain s\n");
-    for (std::size_t k = 0; k < advice.candidates.size(); ++k) {
+    // Targets whose replans are the same placement are one row ("0.85-1"), not copies.
+    for (std::size_t k = 0; k < advice.candidates.size();) {
       const plan::RebalanceCandidate& c = advice.candidates[k];
-      fmt::print("  {} {:<6g}  {:<5}  {:<8}  {:<24}  {:<30}  {:<9.4g}  {}\n",
-                 std::int64_t(k) == advice.best ? '*' : ' ', c.target_balancedness, c.moved_experts,
-                 c.max_moved_per_gpu, estimate_text(c.balancedness_after, "{:.4f}"),
+      std::size_t end = k + 1;
+      while (end < advice.candidates.size() &&
+             advice.candidates[end].placement.same_maps(c.placement)) {
+        ++end;
+      }
+      const bool best = std::int64_t(k) <= advice.best && advice.best < std::int64_t(end);
+      const std::string targets = end == k + 1
+                                      ? fmt::format("{:g}", c.target_balancedness)
+                                      : fmt::format("{:g}-{:g}", c.target_balancedness,
+                                                    advice.candidates[end - 1].target_balancedness);
+      fmt::print("  {} {:<6}  {:<5}  {:<8}  {:<24}  {:<30}  {:<9.4g}  {}\n", best ? '*' : ' ',
+                 targets, c.moved_experts, c.max_moved_per_gpu,
+                 estimate_text(c.balancedness_after, "{:.4f}"),
                  estimate_text(c.gain_seconds, "{:.4g}"), c.move_seconds,
                  estimate_text(c.net_gain_seconds, "{:.4g}"));
+      k = end;
     }
     if (!out_.empty()) {
       fmt::print("wrote:        {} ({})\n", out_,

@@ -42,9 +42,10 @@ class ConvertCommand final : public Command {
   int run() override {
     io::format_of_extension(out_);  // an OUT that cannot be written fails before IN is read
     const std::filesystem::path out_path(out_);
-    check_outputs({&out_path, 1}, std::vector<std::string>{in_});
+    OutputFiles output({&out_path, 1}, std::vector<std::string>{in_});
     const io::StatisticsFile file = io::read_statistics_file(in_);
     io::write_statistics_file(out_, file);
+    output.keep();
     fmt::print("wrote {} ({}) from {}\n", out_, io::statistics_kind_name(io::statistics_kind(file)),
                in_);
     return kExitOk;

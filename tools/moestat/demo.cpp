@@ -5,7 +5,6 @@
 // an HTML report of the run.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -27,6 +26,7 @@
 #include "demo_device.hpp"
 #include "demo_plan.hpp"
 #include "output_files.hpp"
+#include "progress.hpp"
 
 namespace moestat::cli {
 namespace {
@@ -146,27 +146,6 @@ std::string size_text(std::size_t bytes) {
                           : fmt::format("{:.1f} KiB", double(bytes) / 1024.0);
 }
 
-/// "[#####     ] pass 12/64" on a terminal, redrawn in place; nothing in logs or pipes.
-class ProgressBar {
- public:
-  explicit ProgressBar(std::int64_t total) : total_(total), shown_(::isatty(STDOUT_FILENO) == 1) {}
-  void update(std::int64_t done) {
-    if (!shown_) return;
-    constexpr std::int64_t kWidth = 30;
-    const std::int64_t filled = done * kWidth / total_;
-    fmt::print("\r[{}{}] pass {}/{}", std::string(std::size_t(filled), '#'),
-               std::string(std::size_t(kWidth - filled), ' '), done, total_);
-    std::fflush(stdout);
-  }
-  void finish() {
-    if (shown_) fmt::print("\r{}\r", std::string(60, ' '));
-  }
-
- private:
-  std::int64_t total_;
-  bool shown_;
-};
-
 /// Every file the demo writes into its directory.
 constexpr std::array<const char*, 9> kDemoFiles{
     "snapshot.json",          "logical_count.pt",      "logical_count.json",
@@ -256,7 +235,7 @@ class DemoCommand final : public Command {
     std::int64_t decode_passes = 0, prefill_passes = 0, valid_tokens = 0;
     std::int64_t decode_calls = 0, prefill_calls = 0;
     double decode_seconds = 0.0, prefill_seconds = 0.0;
-    ProgressBar progress(num_passes_);
+    ProgressBar progress(num_passes_, "pass");
     for (std::int64_t pass = 0; pass < num_passes_; ++pass) {
       progress.update(pass);
       const workload::PassBatch batch = work.batch(pass);

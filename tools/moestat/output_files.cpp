@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <map>
 #include <moestat/error.hpp>
 #include <moestat/io/output_file.hpp>
 
@@ -71,6 +72,32 @@ void OutputDirectory::remove_created() noexcept {
     std::filesystem::remove(directory, ignored);
   }
   created_.clear();
+}
+
+OutputFiles::OutputFiles(std::span<const std::filesystem::path> outputs,
+                         std::span<const std::string> inputs) {
+  // Outputs grouped by directory (std::map: a parent sorts before the folders in it), so a
+  // directory made for several outputs removes all of them on failure.
+  std::map<std::filesystem::path, std::vector<std::string>> by_directory;
+  for (const std::filesystem::path& path : outputs) {
+    if (path.empty() || path.parent_path().empty()) continue;
+    by_directory[path.parent_path()].push_back(path.filename().string());
+  }
+  for (auto& [directory, files] : by_directory) {
+    std::error_code error;
+    if (std::filesystem::exists(std::filesystem::symlink_status(directory, error))) continue;
+    created_.push_back(std::make_unique<OutputDirectory>(directory, std::move(files)));
+  }
+  check_outputs(outputs, inputs);
+}
+
+OutputFiles::~OutputFiles() {
+  // Deepest first: a directory is removed only once the ones made inside it are gone.
+  while (!created_.empty()) created_.pop_back();
+}
+
+void OutputFiles::keep() {
+  for (const std::unique_ptr<OutputDirectory>& directory : created_) directory->keep();
 }
 
 }  // namespace moestat::cli

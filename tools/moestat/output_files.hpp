@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,27 @@ class OutputDirectory {
   std::filesystem::path path_;
   std::vector<std::string> files_;
   std::vector<std::filesystem::path> created_;  // deepest first
+};
+
+/// The files a command writes, prepared before the first is written: each one's missing
+/// parent directories created (as OutputDirectory makes --svg's and demo's), then
+/// check_outputs on all. If the command fails, the destructor removes the directories it
+/// created and the outputs written in them; directories that were there are left alone.
+class OutputFiles {
+ public:
+  explicit OutputFiles(std::span<const std::filesystem::path> outputs,
+                       std::span<const std::string> inputs = {});
+
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+  ~OutputFiles();
+
+  /// The command succeeded: keep everything.
+  void keep();
+
+ private:
+  // One per missing parent, outermost first, so that destruction removes the deepest first.
+  std::vector<std::unique_ptr<OutputDirectory>> created_;
 };
 
 }  // namespace moestat::cli

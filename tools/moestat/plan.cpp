@@ -108,7 +108,7 @@ class PlanCommand final : public Command {
     std::vector<std::string> inputs = stats_;
     inputs.push_back(previous_);
     const std::filesystem::path out(out_);
-    check_outputs({&out, 1}, inputs);
+    OutputFiles output({&out, 1}, inputs);
     // moestat's scenarios; and each file's total, which the reference plans on (one file:
     // its window summed, as SGLang sums it; several: their equal-weight sum).
     std::vector<plan::ExpertLoads> scenarios, totals;
@@ -140,7 +140,8 @@ class PlanCommand final : public Command {
     std::optional<Placement> chosen;
     if (!previous_.empty()) {
       MOESTAT_CHECK(algorithm_ == "moestat", "--previous needs --algorithm moestat");
-      const Placement current = read_placement_file(previous_, combined.num_experts);
+      const Placement current = read_placement_file(
+          previous_, {combined.num_layers, combined.num_experts, stats_.front()});
       plan::ReplanResult r = plan::replan_with_few_copies(
           current, scenarios, config_, {.target_balancedness = target_, .planner = options});
       copies = r.copies_per_layer;
@@ -158,6 +159,7 @@ class PlanCommand final : public Command {
       chosen = relaxed->placement;
     }
     write_placement_file(out_, *chosen);
+    output.keep();
 
     fmt::print("placement:   {} layers x {} slots on {} GPUs ({} {}), {} logical experts\n",
                chosen->num_layers(), chosen->num_physical_experts(), config_.num_gpus,
@@ -169,14 +171,36 @@ class PlanCommand final : public Command {
     fmt::print("algorithm:   {}{}, {}\n", algorithm_,
                previous_.empty() ? "" : " (movement-aware, from " + previous_ + ")",
                planned_on(scenarios.size()));
-    fmt::print("balancedness (mean over MoE layers of mean/max GPU load):\n");
+    // Several files are named as such; deepseek plans on no scenario. One scenario is its
+    // own mean and the loads summed: nothing more to say.
+    const bool several = scenarios.size() > 1;
+    const std::string unit = stats_.size() > 1 ? "file" : "scenario";
+    fmt::print("balancedness (mean over MoE layers of mean/max GPU load){}:\n",
+               several
+                   ? fmt::format(" per {}, their mean (the expected balancedness{}) and of "
+                                 "the loads summed (what `moestat eval` reports first)",
+                                 unit, algorithm_ == "moestat" ? ", which moestat plans for" : "")
+                   : "");
+    const auto balancedness = [&](const plan::ExpertLoads& loads, const Placement& placement) {
+      return plan::evaluate_placement(loads, placement, config_.num_gpus).balancedness;
+    };
+    double chosen_sum = 0.0, reference_sum = 0.0;
     for (std::size_t s = 0; s < scenarios.size(); ++s) {
       const std::string name =
           stats_.size() > 1 ? stats_[s] : fmt::format("{} scenario {}", stats_.front(), s);
-      fmt::print("  {:.4f} (deepseek on the sum: {:.4f})  {}\n",
-                 plan::evaluate_placement(scenarios[s], *chosen, config_.num_gpus).balancedness,
-                 plan::evaluate_placement(scenarios[s], reference, config_.num_gpus).balancedness,
-                 name);
+      const double chosen_b = balancedness(scenarios[s], *chosen);
+      const double reference_b = balancedness(scenarios[s], reference);
+      chosen_sum += chosen_b;
+      reference_sum += reference_b;
+      fmt::print("  {:.4f} (deepseek on the sum: {:.4f})  {}\n", chosen_b, reference_b, name);
+    }
+    if (several) {
+      const double n = double(scenarios.size());
+      fmt::print("  {:.4f} (deepseek on the sum: {:.4f})  expected: the mean over the {} {}s\n",
+                 chosen_sum / n, reference_sum / n, scenarios.size(), unit);
+      fmt::print("  {:.4f} (deepseek on the sum: {:.4f})  the loads summed{}\n",
+                 balancedness(combined, *chosen), balancedness(combined, reference),
+                 stats_.size() > 1 ? " (equal weight per file)" : "");
     }
     if (outcome) print_target_outcome(*outcome);
     if (!copies.empty()) {
@@ -240,7 +264,7 @@ class PlanCommand final : public Command {
   std::string previous_;
   double target_ = 0.95;
   std::string objective_ = "expected";
-  std::int64_t max_scenarios_ = 4;
+  std::int64_t max_scenarios_ = kDefaultMaxScenarios;
   std::int64_t cross_node_ = 0;
   std::string out_;
 };

@@ -4,9 +4,11 @@
 // it in every format.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <moestat/expert_mask.hpp>
 #include <moestat/placement.hpp>
+#include <string>
 
 namespace moestat::cli {
 
@@ -16,10 +18,23 @@ inline constexpr const char* kStatsFileHelp =
     "expert_popularity [L][E]; an SGLang .pt dump; .safetensors with a logical_count tensor; "
     "llama.cpp's imatrix .gguf (llama-imatrix's per-expert counts)";
 
-/// A placement file (`{"physical_to_logical_map": [L][P]}`) for `num_logical_experts`
-/// experts, from `.json`, `.pt` or `.safetensors`: what every --placement and --previous
-/// takes. Errors name the path.
-Placement read_placement_file(const std::filesystem::path& path, std::int64_t num_logical_experts);
+/// How many scenarios `plan` makes of one file's window (--max-scenarios), and so `eval`'s
+/// expected balancedness over them.
+inline constexpr std::int64_t kDefaultMaxScenarios = 4;
+
+/// The model a placement must fit: the layers and experts of the loads it is judged or
+/// planned on, and the file those came from (named when the shapes differ).
+struct ModelShape {
+  std::int64_t num_layers = 0;
+  std::int64_t num_experts = 0;
+  std::string loads_file;
+};
+
+/// A placement file (`{"physical_to_logical_map": [L][P]}`) for `model`, from `.json`, `.pt`
+/// or `.safetensors`: what every --placement and --previous takes. A placement of another
+/// model (other layers, or experts numbered to another count) is refused saying both shapes.
+/// Errors name the path.
+Placement read_placement_file(const std::filesystem::path& path, const ModelShape& model);
 
 /// Writes exactly `{"physical_to_logical_map": [L][P]}` (SGLang's --init-expert-location
 /// refuses other keys) as `.json` or `.pt` by extension, atomically.

@@ -115,8 +115,8 @@ class ReportCommand final : public Command {
   int run_recording() {
     // Every output is checked, and every rendering made, before the first file is written:
     // an error writes nothing.
-    const std::vector<std::filesystem::path> outputs{html_path_, png_path_};
-    check_outputs(outputs, inputs());
+    const std::vector<std::filesystem::path> paths{html_path_, png_path_};
+    OutputFiles outputs(paths, inputs());
     const report::Recording recording = report::load_recording(path_);
     // --png alone draws no GPU and needs no count; 1 divides every recording.
     options_.num_gpus = num_gpus_.value_or(1);
@@ -125,7 +125,8 @@ class ReportCommand final : public Command {
       auto [name, file] = split_placement_option(value);
       // The reader eval and plan --previous use: every placement format.
       options_.placements.push_back(
-          {std::move(name), read_placement_file(file, recording.num_experts())});
+          {std::move(name),
+           read_placement_file(file, {recording.num_layers(), recording.num_experts(), path_})});
     }
     try {
       options_.validate(recording);
@@ -142,19 +143,21 @@ class ReportCommand final : public Command {
                                               ? std::vector<std::uint8_t>{}
                                               : report::render_heatmap_png(recording, kPngScale);
     write_outputs(html, figures, png);
+    outputs.keep();
     if (prometheus_) fmt::print("{}", report::prometheus_text(recording, options_));
     return kExitOk;
   }
 
   int run_simulation() {
     const std::filesystem::path html_path(html_path_);
-    check_outputs({&html_path, 1}, inputs());
+    OutputFiles outputs({&html_path, 1}, inputs());
     const report::Simulation simulation = report::load_simulation(simulation_path_);
     const std::string html = html_path_.empty() ? "" : report::render_simulation_html(simulation);
     const std::vector<report::Figure> figures = svg_dir_.empty()
                                                     ? std::vector<report::Figure>{}
                                                     : report::render_simulation_figures(simulation);
     write_outputs(html, figures, {});
+    outputs.keep();
     return kExitOk;
   }
 

@@ -11,12 +11,14 @@
 #include <moestat/plan/replay.hpp>
 #include <moestat/plan/traffic_scenarios.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "command.hpp"
 #include "deployment_options.hpp"
 #include "output_files.hpp"
+#include "progress.hpp"
 #include "simulate_policies.hpp"
 
 namespace moestat::cli {
@@ -35,10 +37,41 @@ std::vector<fs::path> workload_files(const fs::path& dir) {
     }
   }
   std::sort(files.begin(), files.end());
-  MOESTAT_CHECK(files.size() >= 2,
-                "{} holds {} counts files (.json, .pt, .safetensors); the scenarios need two",
-                dir.string(), files.size());
   return files;
+}
+
+/// What `file` holds when it is a statistics file other than counts (a placement, a mask);
+/// nullopt for counts and for what is none of them.
+std::optional<io::StatisticsKind> other_statistics_kind(const io::DetectedFile& file) {
+  try {
+    const io::StatisticsKind kind = io::statistics_kind(io::read_statistics_file(file));
+    if (kind != io::StatisticsKind::kLogicalCounts) return kind;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
+/// The workloads of --data, in name order: every counts file. A placement or a mask there
+/// (the demo's folder holds both beside its counts) is not a workload: skipped, saying so.
+std::vector<plan::NamedLoads> read_workloads(const fs::path& dir,
+                                             const std::vector<fs::path>& files) {
+  std::vector<plan::NamedLoads> workloads;
+  for (const fs::path& path : files) {
+    const io::DetectedFile file = io::read_detected_file(path);
+    try {
+      workloads.push_back(
+          {path.filename().string(), plan::loads_of(io::read_counts(file, io::Fractions::kKeep))});
+    } catch (const Error&) {
+      const std::optional<io::StatisticsKind> kind = other_statistics_kind(file);
+      if (!kind) throw;
+      fmt::print("skipped: {} ({}: not a workload)\n", path.string(),
+                 io::statistics_kind_name(*kind));
+    }
+  }
+  MOESTAT_CHECK(workloads.size() >= 2,
+                "{} holds {} counts files (.json, .pt, .safetensors); the scenarios need two",
+                dir.string(), workloads.size());
+  return workloads;
 }
 
 nlohmann::ordered_json replay_json(const plan::PolicyReplay& r, const std::string& role) {
@@ -67,7 +100,8 @@ class SimulateCommand final : public Command {
         "simulate", "Replay recorded workloads as traffic and compare rebalancing policies");
     sub->add_option("--data", data_,
                     "Directory of counts files (.json, .pt, .safetensors; [L][E] or a window, "
-                    "summed), one workload each, taken in name order")
+                    "summed), one workload each, taken in name order; placements and masks "
+                    "there (a demo's --out) are skipped")
         ->required();
     sub->add_option("--seed", seed_, "Seed of the drawn passes (and of the advisor)")
         ->capture_default_str();
@@ -125,19 +159,12 @@ class SimulateCommand final : public Command {
 
   int run() override {
     const std::vector<fs::path> files = workload_files(data_);
-    const fs::path json_path(json_);
-    if (!json_.empty()) {
-      std::vector<std::string> inputs;
-      for (const fs::path& f : files) inputs.push_back(f.string());
-      check_outputs({&json_path, 1}, inputs);
-    }
-    std::vector<plan::NamedLoads> workloads;
-    for (const fs::path& f : files) {
-      workloads.push_back(
-          {f.filename().string(), plan::loads_of(io::read_counts(f, io::Fractions::kKeep))});
-    }
+    const fs::path json_path(json_);  // "" without --json: skipped
+    std::vector<std::string> inputs;
+    for (const fs::path& f : files) inputs.push_back(f.string());
+    OutputFiles output({&json_path, 1}, inputs);
     const std::vector<plan::WorkloadScenario> scenarios =
-        plan::workload_scenarios(workloads, options_);
+        plan::workload_scenarios(read_workloads(data_, files), options_);
     for (const std::string& name : only_) {
       MOESTAT_CHECK(std::any_of(scenarios.begin(), scenarios.end(),
                                 [&](const auto& s) { return s.traffic.name == name; }),
@@ -154,16 +181,22 @@ class SimulateCommand final : public Command {
         "GPU + {} s per expert\n",
         cost_.seconds_per_balanced_pass, move.bytes_per_expert, move.link_bytes_per_second,
         move.seconds_per_expert);
+    const auto replayed = [&](const plan::WorkloadScenario& scenario) {
+      return only_.empty() ||
+             std::find(only_.begin(), only_.end(), scenario.traffic.name) != only_.end();
+    };
+    // A scenario's replay takes tens of seconds at the default --passes.
+    ProgressBar progress(std::count_if(scenarios.begin(), scenarios.end(), replayed), "scenario");
+    std::int64_t done = 0;
     nlohmann::ordered_json out_scenarios = nlohmann::ordered_json::array();
     for (const plan::WorkloadScenario& scenario : scenarios) {
-      if (!only_.empty() &&
-          std::find(only_.begin(), only_.end(), scenario.traffic.name) == only_.end()) {
-        continue;
-      }
+      if (!replayed(scenario)) continue;
+      progress.update(done++, fmt::format("({}: replaying every policy)", scenario.traffic.name));
       const PolicyRoster roster = simulation_policies(seed_, cost_).only(roles_);
       const std::vector<plan::PolicyReplay> results =
           plan::replay(scenario.traffic, plan::initial_placement(scenario, config_),
                        roster.policies, replay_options);
+      progress.finish();
       print_table(scenario.traffic, roster, results);
       nlohmann::ordered_json policies = nlohmann::ordered_json::array();
       for (std::size_t i = 0; i < results.size(); ++i) {
@@ -200,6 +233,7 @@ class SimulateCommand final : public Command {
       io::write_file_atomically(json_path, doc.dump() + "\n");
       fmt::print("wrote: {}\n", json_);
     }
+    output.keep();
     return kExitOk;
   }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <moestat/counts.hpp>
 #include <moestat/placement.hpp>
 #include <moestat/plan/loads.hpp>
 #include <span>
@@ -61,5 +62,13 @@ double hot_expert_hit_rate(const ExpertLoads& loads, std::span<const std::uint8_
 /// The same per layer: [L], 0 for layers without load.
 std::vector<double> hot_expert_layer_hit_rates(const ExpertLoads& loads,
                                                std::span<const std::uint8_t> mask);
+
+/// Served balancedness of some passes of a window under a placement: the sum over those
+/// passes and their layers of the mean GPU load over the sum of the max GPU load. Each pass
+/// waits for its busiest GPU, so this is work over the time spent: every pass counts by its
+/// load (its tokens), where a balancedness of the summed window lets the passes' imbalances
+/// cancel. The advisor's measure. `passes` are indices into `window`; 1 when they hold no load.
+double served_balancedness(const CountWindow& window, std::span<const std::int64_t> passes,
+                           const Placement& placement, std::int64_t num_gpus);
 
 }  // namespace moestat::plan
