@@ -192,6 +192,14 @@ TEST(Gguf, ReadsAModelHeaderAndTheBytesOfItsTensors) {
   EXPECT_EQ(io::ggml_tensor_bytes({"t", {100, 2}, 12, 0}), std::nullopt);  // not whole blocks
   EXPECT_EQ(io::ggml_tensor_bytes({"t", {32}, 99, 0}), std::nullopt);      // unknown type
   expect_error([&] { io::read_gguf_header_file(dir.path()); }, {"not a regular file"});
+
+  // A header (one 80 MiB key) that goes past the 64 MiB read of a model: a sparse file.
+  const std::filesystem::path big = dir.path() / "big.gguf";
+  io::write_file_atomically(big, "GGUF" + g::raw(std::uint32_t(3)) + g::raw(std::uint64_t(0)) +
+                                     g::raw(std::uint64_t(1)) + g::raw(std::uint64_t(80) << 20));
+  std::filesystem::resize_file(big, std::uint64_t(96) << 20);
+  expect_error([&] { io::read_gguf_header_file(big); },
+               {"big.gguf", "GGUF header goes beyond the first 67108864 bytes"});
 }
 
 }  // namespace

@@ -129,6 +129,24 @@ TEST(LlamaOffloadCli, WritesTheArgumentsAndARankedProfile) {
       << model.out;
   EXPECT_TRUE(contains(model.out, "-ngl 99 -ot 'blk\\.(1)\\.ffn_.*_exps\\.=CPU'")) << model.out;
 
+  const CliRun profiled =
+      run_cli("llama-offload --stats " + counts +
+              " --expert-bytes 100 --vram-bytes 500 --profile " + quoted(dir.path() / "p.json"));
+  ASSERT_EQ(profiled.code, 0) << profiled.err;
+  const auto profile = nlohmann::json::parse(read_whole_file(dir.path() / "p.json"));
+  EXPECT_EQ(profile["format"], "moestat.expert_profile");
+  EXPECT_EQ(profile["version"], 1);
+  EXPECT_EQ(profile["total_tokens"], 62.0);
+  ASSERT_EQ(profile["experts"].size(), 12u);  // 3 MoE layers x 4 experts
+  EXPECT_EQ(profile["experts"][1], nlohmann::json({{"rank", 2},
+                                                   {"layer", 1},
+                                                   {"expert", 0},
+                                                   {"tokens", 10.0},
+                                                   {"share", 10.0 / 62},
+                                                   {"cumulative_share", 40.0 / 62},
+                                                   {"bytes", 100},
+                                                   {"on_gpu", true}}));
+
   const CliRun bad =
       run_cli("llama-offload --stats " + counts +
               " --expert-bytes 100 --vram-bytes 500 --profile " + quoted(dir.path() / "p.txt"));
