@@ -232,6 +232,10 @@ TEST(CliOutputs, MissingDirectoriesOfOutputsAreMadeAndRemovedOnFailure) {
                             quoted(placement)));
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(fs::is_regular_file(placement));
+  const fs::path merged = dir.path() / "merged" / "m.json";
+  run = run_cli(fmt::format("merge {} {} {}", quoted(merged), quoted(counts), quoted(counts)));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(merged));
   const fs::path converted = dir.path() / "converted" / "c.pt";
   run = run_cli(fmt::format("convert {} {}", quoted(counts), quoted(converted)));
   ASSERT_EQ(run.code, 0) << run.err;

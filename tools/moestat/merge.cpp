@@ -2,9 +2,10 @@
 // (the offline counterpart of the engines' cross-rank sum): counts of the same pass add up.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <moestat/checked_math.hpp>
 #include <moestat/error.hpp>
-#include <moestat/io/output_file.hpp>
+#include <moestat/io/formats.hpp>
 #include <moestat/io/statistics.hpp>
 #include <string>
 #include <vector>
@@ -46,7 +47,8 @@ class MergeCommand final : public Command {
   int run() override {
     io::format_of_extension(out_);  // a wrong OUT name fails before anything is read
     refuse_overwriting(out_, ins_, force_);
-    io::check_output_path(out_);
+    const std::filesystem::path out(out_);
+    OutputFiles output({&out, 1}, ins_);
     CountWindow merged;
     std::int64_t assignments = 0;
     for (std::size_t i = 0; i < ins_.size(); ++i) {
@@ -62,6 +64,7 @@ class MergeCommand final : public Command {
     assignments =
         checked_sum(merged.counts, fmt::format("the sum of the counts of {} files", ins_.size()));
     io::write_counts(out_, merged);
+    output.keep();
     const std::string passes =
         merged.has_window_axis ? fmt::format("{} passes of ", merged.window_size) : "totals of ";
     fmt::print("wrote {}: {} files, {}{} layers x {} experts, {} assignments\n", out_, ins_.size(),
