@@ -121,6 +121,12 @@ TEST(LlamaOffloadCli, WritesTheArgumentsAndARankedProfile) {
                          std::string(256, '\0')});
     }
   }
+  // Names of no layer of the counts are not its experts: skipped, not misread.
+  for (const char* name :
+       {"blk.x.ffn_up_exps.weight", "blk.99999999999999999999.ffn_up_exps.weight",
+        "blk.7.ffn_up_exps.weight"}) {
+    tensors.push_back({name, {8, 2, 4}, 0, std::string(256, '\0')});
+  }
   io::write_file_atomically(dir.path() / "model.gguf", gguf::file({}, tensors));
   const CliRun model = run_cli("llama-offload --stats " + counts + " --model " +
                                quoted(dir.path() / "model.gguf") + " --vram-bytes 1536");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <moestat/error.hpp>
 #include <moestat/io/files.hpp>
@@ -36,8 +37,14 @@ std::vector<std::uint64_t> expert_bytes_of_model(const std::filesystem::path& mo
   for (const io::GgufTensorInfo& tensor : header.tensors) {
     const std::string& name = tensor.name;
     if (!name.starts_with("blk.") || !name.ends_with("_exps.weight")) continue;
-    const std::int64_t layer = std::stoll(name.substr(4, name.find('.', 4) - 4));
-    if (layer < 0 || layer >= loads.num_layers) continue;
+    // The N of blk.N; a name whose N is not a layer of the counts is not an expert tensor of it.
+    std::int64_t layer = -1;
+    const std::size_t dot = name.find('.', 4);
+    const auto [end, error] = std::from_chars(name.data() + 4, name.data() + dot, layer);
+    if (error != std::errc{} || end != name.data() + dot || layer < 0 ||
+        layer >= loads.num_layers) {
+      continue;
+    }
     const std::optional<std::uint64_t> size = io::ggml_tensor_bytes(tensor);
     MOESTAT_CHECK(size.has_value(),
                   "{}: tensor \"{}\" has ggml type {}, whose size moestat does not know (give "
