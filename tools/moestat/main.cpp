@@ -187,9 +187,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "moestat: error: {}\n", error.what());
     return moestat::cli::kExitRuntimeError;
   }
-  fmt::print(
-      stderr,
-      "moestat: a command is required (demo, inspect, convert, plan, eval, advise, "
-      "hot-experts, report, merge, simulate, help)\nRun with --help for more information.\n");
+  // Named from the commands this build has (llama-record only with llama.cpp).
+  std::vector<std::string> names;
+  for (const auto& [subcommand, command] : commands) names.push_back(subcommand->get_name());
+  fmt::print(stderr, "moestat: a command is required ({})\nRun with --help for more information.\n",
+             fmt::join(names, ", "));
   return moestat::cli::kExitUsageError;
 }
