@@ -55,7 +55,8 @@ mv "$download/llama_cpp_python-$version/vendor/llama.cpp" "$dir/source"
 cmake -S "$dir/source" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_UI=OFF -DGGML_CCACHE=OFF >"$dir/configure.log"
+  -DLLAMA_BUILD_UI=OFF -DGGML_CCACHE=OFF \
+  "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$root/scripts/llama_cpp_tools.cmake" >"$dir/configure.log"
 cmake --build "$dir/build" --target llama ggml llama-imatrix
 touch "$dir/complete"
 echo "setup_llama_cpp: built llama.cpp of llama-cpp-python $version in $dir in $((SECONDS - start)) s"
