@@ -12,6 +12,15 @@
 #                                       include/llama.h, ggml/include/ggml*.h
 #   $LLAMA_CPP_DIR/build/bin/           libllama.so, libggml*.so and the tools: llama-imatrix
 #   $LLAMA_CPP_DIR/complete             written last: a build without it is redone
+#   $LLAMA_CPP_DIR/python/              llama-cpp-python's own Python package (the sdist's
+#                                       llama_cpp/: ctypes bindings, no library) and what it
+#                                       imports (diskcache, jinja2, markupsafe, pinned), for
+#                                       moestat.llama_cpp's tests: PYTHONPATH=$LLAMA_CPP_DIR/python
+#                                       LLAMA_CPP_LIB_PATH=$LLAMA_CPP_DIR/build/bin makes
+#                                       `import llama_cpp` load the libllama built here (the
+#                                       same sources, so the same ABI) instead of building
+#                                       llama-cpp-python's wheel (about 10 more minutes)
+#   $LLAMA_CPP_DIR/python/complete      written last: a package without it is redone
 # CMake finds it there by default (MOESTAT_LLAMA_CPP_DIR, see src/llama_cpp/CMakeLists.txt).
 #
 # Cost: the download (76 MB) takes seconds; the build (libllama, libggml, llama-imatrix only,
@@ -33,7 +42,33 @@ for arg in "$@"; do
   esac
 done
 
+download=""
+trap '[[ -z $download ]] || rm -rf "$download"' EXIT
+# The sdist, unpacked into $download/llama_cpp_python-$version (once per run).
+fetch_sdist() {
+  [[ -z $download ]] || return 0
+  download="$(mktemp -d)"
+  # The sdist only (--no-binary for this package alone; its build requirements come as wheels).
+  /usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+    --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$download"
+  tar -xzf "$download/llama_cpp_python-$version.tar.gz" -C "$download"
+}
+
+# llama-cpp-python's Python package, without its compiled library (a few seconds).
+install_python_package() {
+  [[ $force == 0 && -f $dir/python/complete ]] && return 0
+  fetch_sdist
+  rm -rf "$dir/python"
+  mkdir -p "$dir/python"
+  cp -r "$download/llama_cpp_python-$version/llama_cpp" "$dir/python/llama_cpp"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target "$dir/python" diskcache==5.6.3 jinja2==3.1.6 markupsafe==3.0.3
+  touch "$dir/python/complete"
+  echo "setup_llama_cpp: llama-cpp-python $version's Python package in $dir/python"
+}
+
 if [[ $force == 0 && -f $dir/complete ]]; then
+  install_python_package
   echo "setup_llama_cpp: llama.cpp of llama-cpp-python $version is built in $dir"
   exit 0
 fi
@@ -41,13 +76,8 @@ fi
 start=$SECONDS
 rm -rf "$dir"
 mkdir -p "$dir"
-download="$(mktemp -d)"
-trap 'rm -rf "$download"' EXIT
-# The sdist only (--no-binary for this package alone; its build requirements come as wheels).
-/usr/bin/python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-  --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$download"
-tar -xzf "$download/llama_cpp_python-$version.tar.gz" -C "$download"
-mv "$download/llama_cpp_python-$version/vendor/llama.cpp" "$dir/source"
+fetch_sdist
+cp -r "$download/llama_cpp_python-$version/vendor/llama.cpp" "$dir/source"
 
 # Shared libraries, so moestat links libllama.so as llama-cpp-python's users do. The server
 # (which downloads a web UI), the unified app, tests and examples are off; tools stay on for
@@ -59,4 +89,5 @@ cmake -S "$dir/source" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_PROJECT_llama.cpp_INCLUDE=$root/scripts/llama_cpp_tools.cmake" >"$dir/configure.log"
 cmake --build "$dir/build" --target llama ggml llama-imatrix
 touch "$dir/complete"
+install_python_package
 echo "setup_llama_cpp: built llama.cpp of llama-cpp-python $version in $dir in $((SECONDS - start)) s"
