@@ -54,7 +54,8 @@ import numpy as np
 
 import moestat
 
-__all__ = ["LlamaCppRecorder", "model_topology", "record_prompts", "write_snapshot_json"]
+__all__ = ["LlamaCppRecorder", "model_topology", "pass_counts", "record_prompts",
+           "write_snapshot_json"]
 
 # NOTE: exactly this prefix and a layer number: deepseek2's `ffn_moe_group_topk-<il>` (group
 # ids) and ggml's `ffn_moe_topk-<il> (view)` names are other tensors.
@@ -179,6 +180,7 @@ class LlamaCppRecorder:
         self._ggml: _Ggml | None = None
         self._callback = None
         self._previous = None
+        self._previous_keepalive = None
         self._previous_user_data = None
         self._previous_wants = False
         self._wanted_layer = -1
@@ -214,7 +216,13 @@ class LlamaCppRecorder:
             raise moestat.Error("LlamaCppRecorder.attach: libggml-base is not loaded (import "
                                 "llama_cpp first, or pass ggml_library=)")
         self._ggml = _Ggml(path)
-        self._previous = previous if previous_address is not None else None
+        # NOTE: a field read from a ctypes structure shares its memory: the previous callback
+        # is called through a pointer of its own, and the thunk the structure keeps for it
+        # (ctypes' _objects, by field index) is kept alive here once the field is overwritten.
+        if previous_address is not None:
+            self._previous = fields["cb_eval"](previous_address)
+            index = [name for name, _ in type(params)._fields_].index("cb_eval")
+            self._previous_keepalive = (getattr(params, "_objects", None) or {}).get(str(index))
         self._previous_user_data = params.cb_eval_user_data
         self._callback = fields["cb_eval"](self._on_eval)
         params.cb_eval = self._callback
@@ -451,7 +459,8 @@ def record_prompts(model_path: str | os.PathLike, prompts: list[str],
     CpuRecorder's (``stat`` or ``per_token``: snapshot.json then holds every token's ids).
 
     With ``out``, writes there what ``moestat llama-record`` writes: snapshot.json,
-    logical_count.pt and .json (SGLang's stat dump) and, when the moestat CLI is found
+    logical_count.pt and .json (SGLang's stat dump; per_token: the tokens' ids tallied by pass,
+    ``pass_counts``) and, when the moestat CLI is found
     (``moestat_cli`` or ``moestat`` on PATH), report.html (``moestat report --gpus gpus``).
     Returns the snapshot."""
     llama_cpp = _llama_cpp()
@@ -515,17 +524,36 @@ def record_prompts(model_path: str | os.PathLike, prompts: list[str],
     return snapshot
 
 
+def pass_counts(snapshot: moestat.Snapshot) -> np.ndarray:
+    """[passes, layers, experts] counts of a snapshot: its window's, or for a per-token one the
+    tally of its tokens' logical ids by pass (in the order of their pass ids)."""
+    if snapshot.mode != "per_token":
+        return snapshot.logical_counts
+    pass_ids = snapshot.token_pass_ids
+    passes, rows = np.unique(pass_ids, return_inverse=True)
+    counts = np.zeros((len(passes), snapshot.num_layers, snapshot.num_logical_experts), np.int64)
+    ids = snapshot.token_logical_ids  # [tokens, layers, k], -1 = none
+    token_rows = np.broadcast_to(rows[:, None, None], ids.shape)
+    layers = np.broadcast_to(np.arange(snapshot.num_layers)[None, :, None], ids.shape)
+    valid = ids >= 0
+    np.add.at(counts, (token_rows[valid], layers[valid], ids[valid]), 1)
+    return counts
+
+
 def _write_outputs(out: pathlib.Path, snapshot: moestat.Snapshot, gpus: int,
                    moestat_cli: str | None) -> list[pathlib.Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "snapshot.json", out / "logical_count.pt", out / "logical_count.json"]
     write_snapshot_json(written[0], snapshot)
-    moestat.write_logical_counts(written[1], snapshot.logical_counts)
-    moestat.write_logical_counts(written[2], snapshot.logical_counts)
+    counts = pass_counts(snapshot)
+    moestat.write_logical_counts(written[1], counts)
+    moestat.write_logical_counts(written[2], counts)
     cli = moestat_cli or shutil.which("moestat")
     if cli is not None:
         report = out / "report.html"
-        result = subprocess.run([cli, "report", str(written[0]), "--gpus", str(gpus), "--html",
+        # A per-token snapshot's window is empty: its counts by pass are drawn instead.
+        drawn = written[0] if snapshot.mode != "per_token" else written[2]
+        result = subprocess.run([cli, "report", str(drawn), "--gpus", str(gpus), "--html",
                                  str(report)], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise moestat.Error(f"{cli} report failed: {result.stderr.strip()}")
