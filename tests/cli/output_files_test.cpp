@@ -240,6 +240,17 @@ TEST(CliOutputs, MissingDirectoriesOfOutputsAreMadeAndRemovedOnFailure) {
   run = run_cli(fmt::format("convert {} {}", quoted(counts), quoted(converted)));
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(fs::is_regular_file(converted));
+
+  // hot-experts --out too (it checked the path only, and failed on a missing directory).
+  const fs::path mask = dir.path() / "masks" / "deeper" / "m.json";
+  const std::string hot = fmt::format("hot-experts --stats {} --strategy frequency --out {} ",
+                                      quoted(counts), quoted(mask));
+  run = run_cli(hot + "--per-layer 4");  // more than the 3 experts: refused, nothing left
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "masks"));
+  run = run_cli(hot + "--per-layer 1");
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(mask));
 }
 
 TEST(CliOutputs, NonRegularTargetsAreRefusedNotReplaced) {

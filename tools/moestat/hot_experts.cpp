@@ -55,13 +55,15 @@ class HotExpertsCommand final : public Command {
 
   int run() override {
     const std::filesystem::path out_path(out_);
-    check_outputs({&out_path, 1}, std::vector<std::string>{stats_});
+    // Makes --out's missing directories, as every output does; removed again on failure.
+    OutputFiles output({&out_path, 1}, std::vector<std::string>{stats_});
     const plan::ExpertLoads loads = plan::loads_of(io::read_counts(stats_, io::Fractions::kKeep));
     const std::int64_t budget = per_layer_ ? plan::hot_expert_budget_per_layer(loads, *per_layer_)
                                            : plan::hot_expert_budget_ratio(loads, *ratio_);
     const ExpertMask mask = plan::choose_hot_experts(
         loads, budget, {.strategy = plan::parse_hot_expert_strategy(strategy_), .seed = seed_});
     write_mask_file(out_, mask);
+    output.keep();
     const std::vector<std::int64_t> layer_count = mask.gpu_experts_per_layer();
     const double hit = plan::hot_expert_hit_rate(loads, mask.on_gpu);
     const std::vector<double> layers = plan::hot_expert_layer_hit_rates(loads, mask.on_gpu);
