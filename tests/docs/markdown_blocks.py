@@ -6,8 +6,9 @@ A marker is an HTML comment on the line just before a fence, invisible on GitHub
     <!-- doctest: output [tolerance=R] [varies="PREFIX"]... -->
     <!-- doctest: skip: REASON -->
 
-and a hidden setup block is a fenced block inside a comment that opens with `<!-- doctest:
-setup` and closes with `-->` on the line after the fence.
+A marker only says whether and how a block runs: the code that runs is all in the block, as
+the reader sees it. A hidden block (a fence inside an HTML comment, such as the former
+`<!-- doctest: setup`) is refused: an example shows everything it needs.
 """
 
 import dataclasses
@@ -21,8 +22,8 @@ NEEDS = {"engines", "shared", "llama_cpp"}
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*)$")
 MARKER = re.compile(r"^\s*<!--\s*doctest:\s*(?P<body>.*?)\s*-->\s*$")
-SETUP_OPEN = re.compile(r"^\s*<!--\s*doctest:\s*setup\s*$")
-SETUP_CLOSE = re.compile(r"^\s*-->\s*$")
+# A comment left open on its line: a fence inside it would run code the reader does not see.
+HIDDEN_OPEN = re.compile(r"^\s*<!--(?!.*-->)")
 
 
 class MarkupError(Exception):
@@ -34,12 +35,11 @@ class Block:
     line: int  # 1-based line of the opening fence
     language: str  # "sh", "console" or "python"; other languages as written
     text: str  # the content, the fence's indentation removed
-    action: str = ""  # "run", "output", "skip", "setup"; "" when unmarked
+    action: str = ""  # "run", "output", "skip"; "" when unmarked
     reason: str = ""  # for "skip"
     needs: frozenset = frozenset()
     tolerance: float | None = None
     varies: tuple = ()
-    setup: "Block | None" = None  # the hidden setup block run just before this one
     expected: "Block | None" = None  # the output block that follows this one
 
 
@@ -83,7 +83,7 @@ def _fenced_blocks(lines):
 def _apply_options(block, words, where):
     for word in words:
         key, _, value = word.partition("=")
-        if key == "needs" and block.action in ("run", "setup"):
+        if key == "needs" and block.action == "run":
             needs = frozenset(value.split(","))
             if not needs <= NEEDS:
                 raise MarkupError(f"{where}: needs={value}: each must be one of {sorted(NEEDS)}")
@@ -110,32 +110,48 @@ def _mark(block, body, where):
     _apply_options(block, shlex.split(rest), where)
 
 
+def _comment_open_at(lines, begin, end, open_comment):
+    """Whether an HTML comment is still open after lines[begin:end] (text outside fences),
+    given whether one was open before them."""
+    for line in lines[begin:end]:
+        position = 0
+        while True:
+            if open_comment:
+                close = line.find("-->", position)
+                if close < 0:
+                    break
+                open_comment, position = False, close + 3
+            else:
+                start = line.find("<!--", position)
+                if start < 0:
+                    break
+                open_comment, position = True, start + 4
+    return open_comment
+
+
 def parse(path):
     """The document's blocks in order, markers applied and checked.
 
     Raises MarkupError for an unmarked shell or Python block, a marker with no block under
-    it, an output block after anything but a run block, or a setup before anything but one.
+    it, an output block after anything but a run block, or a block hidden in an HTML comment
+    (code a reader does not see: the former `doctest: setup`).
     """
     with open(path, encoding="utf-8") as file:
         lines = file.read().splitlines()
     blocks = []
-    pending_setup = None
     used_markers = set()
     inside_fences = set()
+    open_comment, scanned = False, 0
     for opening, closing, language, text in _fenced_blocks(lines):
+        open_comment = _comment_open_at(lines, scanned, opening, open_comment)
+        scanned = closing + 1
         inside_fences.update(range(opening, closing + 1))
         where = f"{path}:{opening + 1}"
+        if open_comment:
+            raise MarkupError(f"{where}: a block inside an HTML comment is hidden from the reader; "
+                              "show what an example needs in the example itself "
+                              "(tests/docs/README.md)")
         block = Block(line=opening + 1, language=language, text=text)
-        if opening > 0 and SETUP_OPEN.match(lines[opening - 1]):
-            if closing + 1 >= len(lines) or not SETUP_CLOSE.match(lines[closing + 1]):
-                raise MarkupError(f"{where}: a `doctest: setup` block must end with `-->` "
-                                  "on the line after its fence")
-            if language not in ("sh", "python"):
-                raise MarkupError(f"{where}: a setup block is sh or python, not {language!r}")
-            block.action = "setup"
-            pending_setup = block
-            used_markers.add(opening - 1)
-            continue
         marker = MARKER.match(lines[opening - 1]) if opening > 0 else None
         if marker:
             _mark(block, marker["body"], where)
@@ -152,18 +168,11 @@ def parse(path):
                 raise MarkupError(f"{where}: an output block must follow a run block of sh or "
                                   "python (a console block holds its own output)")
             previous.expected = block
-        if pending_setup:
-            if block.action != "run":
-                raise MarkupError(f"{path}:{pending_setup.line}: a setup block must come just "
-                                  "before a run block")
-            block.setup, pending_setup = pending_setup, None
         blocks.append(block)
     for index, line in enumerate(lines):
         if index in used_markers or index in inside_fences:
             continue
-        if MARKER.match(line) or SETUP_OPEN.match(line):
+        if MARKER.match(line) or HIDDEN_OPEN.match(line) and "doctest" in line:
             raise MarkupError(f"{path}:{index + 1}: a doctest marker must be on the line "
                               "just before a fence")
-    if pending_setup:
-        raise MarkupError(f"{path}:{pending_setup.line}: a setup block with no run block after it")
     return blocks

@@ -5,8 +5,9 @@
                [--shared DIR]
 
 The document's blocks run in order in one temporary directory, with `moestat` on PATH (and
-as build/moestat, as the documents spell it from the repository root) and the built
-package on PYTHONPATH. Markers: tests/docs/README.md. Exit 0 when every block that could
+as build/moestat, as the documents spell it from the repository root), the built package on
+PYTHONPATH and the repository's bench/ (its shipped results) as bench/. Blocks run exactly as
+the document shows them: there is no hidden setup. Markers: tests/docs/README.md. Exit 0 when every block that could
 run passed, 1 on the first failure (its file:line and a diff), 77 (ctest's skip) when no
 block could run here.
 """
@@ -43,6 +44,8 @@ class Environment:
         tools.mkdir()
         (tools / "moestat").symlink_to(pathlib.Path(args.cli).resolve())
         (tools / "python").symlink_to(build / "python")
+        # Shipped data the documents read by their repository path (bench/results/...).
+        (workdir / "bench").symlink_to(pathlib.Path(args.source_dir).resolve() / "bench")
         self.variables = dict(os.environ)
         self.variables.update({
             "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -150,30 +153,11 @@ def _python(block, env):
     return str(env.engine_python() if "engines" in block.needs else sys.executable)
 
 
-def _run_setup(doc, block, env):
-    """Runs the block's setup as a script of its own (a Python setup of a Python block runs
-    in the block's process instead)."""
-    setup = block.setup
-    if setup.language == "python":
-        program, suffix = [_python(block, env)], ".py"
-    else:
-        program, suffix = ["bash", "-e", "-o", "pipefail"], ".sh"
-    where = f"{doc}:{setup.line}"
-    status, output = env.run(program + [env.script(setup, setup.text, suffix)], block.needs,
-                             where)
-    _check_exit(status, output, where, "the setup block")
-
-
 def _run_block(doc, block, env):
     where = f"{doc}:{block.line}"
     tolerance, varies = _comparison(block)
-    setup = block.setup
-    python_setup = setup if setup and setup.language == block.language == "python" else None
-    if setup and not python_setup:
-        _run_setup(doc, block, env)
     if block.language == "python":
-        source = (python_setup.text if python_setup else "") + block.text
-        status, printed = env.run([_python(block, env), env.script(block, source, ".py")],
+        status, printed = env.run([_python(block, env), env.script(block, block.text, ".py")],
                                   block.needs, where)
         _check_exit(status, printed, where, "the block")
     elif block.language == "sh":

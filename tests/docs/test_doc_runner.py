@@ -57,20 +57,32 @@ class MarkersTest(DocumentTest):
                             "unknown doctest option")
         self.assert_refused("<!-- doctest: run needs=gpu -->\n```sh\nls\n```\n", "needs=gpu")
 
-    def test_a_setup_block_belongs_to_the_run_block_after_it(self):
-        blocks = markdown_blocks.parse(self.document("""\
+    def test_a_block_hidden_in_a_comment_is_refused(self):
+        # The former hidden setup: code that ran before an example but that a reader never saw.
+        self.assert_refused("""\
             <!-- doctest: setup
             ```sh
             touch a
             ```
             -->
+            <!-- doctest: run -->
+            ```sh
+            ls a
+            ```
+            """, r"doc.md:2: a block inside an HTML comment is hidden")
+        self.assert_refused("<!--\nnotes\n\n```python\nx = 1\n```\n-->\n",
+                            r"doc.md:4: a block inside an HTML comment")
+
+    def test_comments_closed_before_a_block_leave_it_visible(self):
+        blocks = markdown_blocks.parse(self.document("""\
+            <!-- a note --> text <!-- and
+            another, closed here -->
             <!-- doctest: run needs=shared varies="took" tolerance=0.1 -->
             ```sh
             ls
             ```
             """))
-        self.assertEqual(len(blocks), 1)
-        self.assertEqual(blocks[0].setup.text, "touch a\n")
+        self.assertEqual([(block.line, block.action) for block in blocks], [(4, "run")])
         self.assertEqual((blocks[0].needs, blocks[0].varies, blocks[0].tolerance),
                          (frozenset({"shared"}), ("took",), 0.1))
 
@@ -124,13 +136,9 @@ class RunnerTest(DocumentTest):
             $ cat value
             0.5
             ```
-            <!-- doctest: setup
-            ```python
-            scale = 2
-            ```
-            -->
             <!-- doctest: run -->
             ```python
+            scale = 2
             print(float(open("value").read()) * scale)
             ```
             <!-- doctest: output -->
