@@ -467,7 +467,10 @@ def record_prompts(model_path: str | os.PathLike, prompts: list[str],
     prompts = [prompt for prompt in prompts if prompt]
     if not prompts:
         raise moestat.Error("no prompt to record")
-    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+    # llama.cpp's progress lines off. NOTE: llama-cpp-python 0.3.36 maps ggml's log levels
+    # as they were numbered before (its WARN arrives as logging.ERROR), so only CRITICAL
+    # silences the warnings.
+    logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
     llama_cpp.llama_backend_init()
     model = llama_cpp.llama_model_load_from_file(os.fsencode(model_path),
                                                  llama_cpp.llama_model_default_params())
@@ -589,9 +592,10 @@ def main(argv: list[str] | None = None) -> int:
                               n_batch=arguments.batch, n_threads=arguments.threads,
                               mode=arguments.mode, gpus=arguments.gpus)
     seconds = time.perf_counter() - start
-    print(f"recorded: {len(prompts)} prompts, {int(snapshot.pass_num_tokens.sum())} tokens in "
-          f"{snapshot.window_size} passes (micro-batches of up to {arguments.batch}), "
-          f"{seconds:.2f} s")
+    tokens = (snapshot.num_tokens if snapshot.mode == "per_token"
+              else int(snapshot.pass_num_tokens.sum()))
+    print(f"recorded: {len(prompts)} prompts, {tokens} tokens in {snapshot.num_passes} passes "
+          f"(micro-batches of up to {arguments.batch}), {seconds:.2f} s")
     written = _write_outputs(arguments.out, snapshot, arguments.gpus, arguments.moestat_cli)
     print(f"wrote: {arguments.out}/ " + ", ".join(path.name for path in written))
     return 0

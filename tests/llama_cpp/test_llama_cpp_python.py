@@ -255,7 +255,7 @@ def test_record_prompts_writes_what_llama_record_writes(model_path, tmp_path):
                              "--prompts", str(prompts), "--out", str(tmp_path / "python"),
                              "--threads", "1", "--moestat-cli", cli],
                             check=True, capture_output=True, text=True)
-    assert "recorded: 3 prompts" in result.stdout
+    assert "recorded: 3 prompts, 179 tokens in 3 passes" in result.stdout, result.stdout
     for name in ("snapshot.json", "logical_count.json"):
         assert json.loads((tmp_path / "python" / name).read_text()) == \
             json.loads((tmp_path / "cli" / name).read_text()), name
@@ -263,6 +263,11 @@ def test_record_prompts_writes_what_llama_record_writes(model_path, tmp_path):
                                   moestat.read_logical_counts(tmp_path / "cli/logical_count.pt"))
     assert (tmp_path / "python" / "report.html").stat().st_size > 0
     # The per-token snapshot reads back, its tokens those of the prompts.
+    result = subprocess.run([sys.executable, "-m", "moestat.llama_cpp", str(model_path),
+                             "--prompts", str(prompts), "--out", str(tmp_path / "tokens_cli"),
+                             "--threads", "1", "--moestat-cli", cli, "--mode", "per_token"],
+                            check=True, capture_output=True, text=True)
+    assert "recorded: 3 prompts, 179 tokens in 3 passes" in result.stdout, result.stdout
     snapshot = record_prompts(model_path, PROMPTS, tmp_path / "tokens", mode="per_token",
                               n_threads=1, moestat_cli=cli)
     assert snapshot.num_tokens == 179 and snapshot.num_passes == 3
