@@ -176,15 +176,11 @@ def _publish(directory, counts, fmt, metadata):
     temporary = os.path.join(
         directory, f".{LOAD_FILE_PREFIX}{os.getpid()}-{uuid.uuid4().hex}.{fmt}")
     try:
-        if fmt == "json":
-            rows = ",\n".join("  [" + ",".join(map(str, row)) + "]" for row in counts.tolist())
-            text = ('{"logical_count": [\n' + rows + "\n],\n"
-                    '"vllm_eplb": ' + json.dumps(metadata) + "}\n")
-            with open(temporary, "w", encoding="utf-8") as out:
-                out.write(text)
-        else:
-            from .._core import write_logical_counts
+        from .._core import write_logical_counts
 
+        if fmt == "json":  # {"logical_count": [...], "vllm_eplb": {...}}
+            write_logical_counts(temporary, counts, metadata=json.dumps({"vllm_eplb": metadata}))
+        else:
             write_logical_counts(temporary, counts)
         layers, experts = counts.shape
         for _ in range(1000):  # a name another writer took meanwhile: the next number
