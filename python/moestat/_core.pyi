@@ -350,9 +350,19 @@ def write_placement(path: str | os.PathLike, placement: Placement) -> None:
     Writes {'physical_to_logical_map'} by extension; a .pt is what SGLang's --init-expert-location reads. Atomic.
     """
 
-def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike | None = None, *, passes: dict | None = None) -> pathlib.Path:
+def write_sglang_dump(snapshot: Snapshot, placement: Placement, rank: int = 0, directory: str | os.PathLike | None = None, *, passes: dict | None = None, map_device: str = 'cpu') -> pathlib.Path:
     """
-    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). passes: {pass_id: {'forward_pass_id': int, 'metadata': dict or None, 'misc_objects': list}}, what the engine said of each recorded pass: per_pass and per_token records are then exactly SGLang's (forward_pass_id, the batch metadata, misc_objects, one per-token record per pass, as many tokens as its input_ids). Returns the path.
+    Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, else /tmp). passes: {pass_id: {'forward_pass_id': int, 'metadata': dict or None, 'misc_objects': list}}, what the engine said of each recorded pass: per_pass and per_token records are then exactly SGLang's (forward_pass_id, the batch metadata, misc_objects, one per-token record per pass, as many tokens as its input_ids). map_device: 'cpu' or 'cuda:N', where the engine keeps last_physical_to_logical_map (a stat dump's logical_count), written as torch.save writes it. Returns the path.
+    """
+
+def sglang_dump_bytes(snapshot: Snapshot, placement: Placement, rank: int = 0, *, passes: dict | None = None, map_device: str = 'cpu') -> bytes:
+    """
+    The bytes write_sglang_dump writes (torch.load reads them from io.BytesIO).
+    """
+
+def sglang_stat_dump_bytes(logical_count: Annotated[NDArray, dict(writable=False)], rank: int = 0, *, average_utilization: float | None = None, device: str = 'cpu', eplb_balancedness: list[float] | None = None) -> bytes:
+    """
+    SGLang's stat dump of logical_count ([buffer, layers, experts] counts, laid out as SGLang's buffer), as the bytes of a .pt file: {'rank', 'logical_count' int32 on device ('cpu' or 'cuda:N', written as torch.save writes it), 'average_utilization_rate_over_window'} and, given eplb_balancedness, that list as a float32 tensor under 'eplb_balancedness'.
     """
 
 class HotExpert:

@@ -2,9 +2,11 @@
 // .json), chosen by the file's contents when reading and its extension when writing.
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <moestat/error.hpp>
 #include <moestat/io/counts_json.hpp>
+#include <moestat/io/pt.hpp>
 #include <moestat/io/sglang.hpp>
 #include <moestat/io/statistics.hpp>
 #include <optional>
@@ -110,6 +112,26 @@ std::vector<io::SglangPassRecord> pass_records_of(nb::handle passes) {
   }
   return out;
 }
+
+/// The arguments write_sglang_dump and sglang_dump_bytes share.
+struct SglangDumpArguments {
+  SglangDumpArguments(const char* function, nb::handle snapshot_arg, nb::handle placement_arg,
+                      nb::handle rank_arg, nb::handle passes, nb::handle device)
+      : snapshot(
+            instance_argument<Snapshot>(snapshot_arg, function, "snapshot", "a moestat.Snapshot")),
+        placement(instance_argument<Placement>(placement_arg, function, "placement",
+                                               "a moestat.Placement")),
+        rank(integer_argument<std::int64_t>(rank_arg, function, "rank")),
+        records(pass_records_of(passes)),
+        map_device(io::device_of_name(
+            value_argument<std::string>(device, function, "map_device", "a str"))) {}
+
+  const Snapshot& snapshot;
+  const Placement& placement;
+  std::int64_t rank;
+  std::vector<io::SglangPassRecord> records;
+  Device map_device;
+};
 
 /// The counts as numpy: [W, L, E], or [L, E] when the source has no window axis; int64, or
 /// float64 for a fractional window.
@@ -252,34 +274,95 @@ void bind_files(nb::module_& module) {
   module.def(
       "write_sglang_dump",
       [](nb::handle snapshot, nb::handle placement, nb::handle rank, nb::handle directory,
-         nb::handle passes) {
+         nb::handle passes, nb::handle map_device) {
         constexpr const char* kFunction = kWriteSglangDump;
-        const Snapshot& snapshot_value =
-            instance_argument<Snapshot>(snapshot, kFunction, "snapshot", "a moestat.Snapshot");
-        const Placement& placement_value =
-            instance_argument<Placement>(placement, kFunction, "placement", "a moestat.Placement");
-        const auto rank_value = integer_argument<std::int64_t>(rank, kFunction, "rank");
+        const SglangDumpArguments arguments(kFunction, snapshot, placement, rank, passes,
+                                            map_device);
         const std::filesystem::path directory_path =
             directory.is_none() ? std::filesystem::path()
                                 : path_argument(directory, kFunction, "directory");
-        const std::vector<io::SglangPassRecord> records = pass_records_of(passes);
         nb::gil_scoped_release unlocked;
-        return io::write_sglang_dump(snapshot_value, placement_value, rank_value, directory_path,
-                                     records);
+        return io::write_sglang_dump(arguments.snapshot, arguments.placement, arguments.rank,
+                                     directory_path, arguments.records, arguments.map_device);
       },
       "snapshot"_a.none(), "placement"_a.none(), "rank"_a.none() = 0,
       "directory"_a.none() = nb::none(), nb::kw_only(), "passes"_a.none() = nb::none(),
+      "map_device"_a.none() = "cpu",
       nb::sig("def write_sglang_dump(snapshot: moestat._core.Snapshot, placement: "
               "moestat._core.Placement, rank: int = 0, "
               "directory: str | os.PathLike | None = None, *, "
-              "passes: dict | None = None) -> pathlib.Path"),
+              "passes: dict | None = None, map_device: str = 'cpu') -> pathlib.Path"),
       "Writes the SGLang dump of the snapshot's mode (stat, per_pass or per_token) named and "
       "placed as SGLang names it (directory None: $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, "
       "else /tmp). passes: {pass_id: {'forward_pass_id': int, 'metadata': dict or None, "
       "'misc_objects': list}}, what the engine said of each recorded pass: per_pass and "
       "per_token records are then exactly SGLang's (forward_pass_id, the batch metadata, "
-      "misc_objects, one per-token record per pass, as many tokens as its input_ids). Returns "
-      "the path.");
+      "misc_objects, one per-token record per pass, as many tokens as its input_ids). "
+      "map_device: 'cpu' or 'cuda:N', where the engine keeps last_physical_to_logical_map "
+      "(a stat dump's logical_count), written as torch.save writes it. Returns the path.");
+  module.def(
+      "sglang_dump_bytes",
+      [](nb::handle snapshot, nb::handle placement, nb::handle rank, nb::handle passes,
+         nb::handle map_device) {
+        const SglangDumpArguments arguments("sglang_dump_bytes", snapshot, placement, rank, passes,
+                                            map_device);
+        std::string bytes;
+        {
+          nb::gil_scoped_release unlocked;
+          bytes = io::pt_to_bytes(io::sglang_dump(arguments.snapshot, arguments.placement,
+                                                  arguments.rank, arguments.records,
+                                                  arguments.map_device));
+        }
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      "snapshot"_a.none(), "placement"_a.none(), "rank"_a.none() = 0, nb::kw_only(),
+      "passes"_a.none() = nb::none(), "map_device"_a.none() = "cpu",
+      nb::sig("def sglang_dump_bytes(snapshot: moestat._core.Snapshot, placement: "
+              "moestat._core.Placement, rank: int = 0, *, passes: dict | None = None, "
+              "map_device: str = 'cpu') -> bytes"),
+      "The bytes write_sglang_dump writes (torch.load reads them from io.BytesIO).");
+  module.def(
+      "sglang_stat_dump_bytes",
+      [](nb::handle logical_count, nb::handle rank, nb::handle average, nb::handle device,
+         nb::handle balancedness) {
+        constexpr const char* kFunction = "sglang_stat_dump_bytes";
+        std::vector<std::int64_t> shape;
+        std::vector<std::int64_t> values = counts_of_array(
+            array_argument(logical_count, kFunction, "logical_count",
+                           "of [layers, experts] or [passes, layers, experts] counts"),
+            "logical_count", shape);
+        io::HostTensor counts = io::HostTensor::of<std::int64_t>(std::move(shape), values);
+        const auto rank_value = integer_argument<std::int64_t>(rank, kFunction, "rank");
+        const std::optional<double> average_value =
+            average.is_none() ? std::nullopt
+                              : std::optional(value_argument<double>(
+                                    average, kFunction, "average_utilization", "a float or None"));
+        counts.device =
+            io::device_of_name(value_argument<std::string>(device, kFunction, "device", "a str"));
+        std::optional<std::vector<float>> per_pass_values;
+        if (!balancedness.is_none()) {
+          per_pass_values = value_argument<std::vector<float>>(
+              balancedness, kFunction, "eplb_balancedness", "a list of floats or None");
+        }
+        std::string bytes;
+        {
+          nb::gil_scoped_release unlocked;
+          bytes = io::pt_to_bytes(
+              io::sglang_stat_dump(counts, rank_value, average_value, std::move(per_pass_values)));
+        }
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      "logical_count"_a.none(), "rank"_a.none() = 0, nb::kw_only(),
+      "average_utilization"_a.none() = nb::none(), "device"_a.none() = "cpu",
+      "eplb_balancedness"_a.none() = nb::none(),
+      nb::sig("def sglang_stat_dump_bytes(logical_count: " MOESTAT_STUB_ARRAY
+              ", rank: int = 0, *, average_utilization: float | None = None, device: str = "
+              "'cpu', eplb_balancedness: list[float] | None = None) -> bytes"),
+      "SGLang's stat dump of logical_count ([buffer, layers, experts] counts, laid out as "
+      "SGLang's buffer), as the bytes of a .pt file: {'rank', 'logical_count' int32 on "
+      "device ('cpu' or 'cuda:N', written as torch.save writes it), "
+      "'average_utilization_rate_over_window'} and, given eplb_balancedness, that list as a "
+      "float32 tensor under 'eplb_balancedness'.");
 }
 
 }  // namespace moestat::python

@@ -94,8 +94,8 @@ NamedTensors tensors_of_pt(const PtValue& value);
 /// tensor, anything else as a dict of the tensors.
 PtValue pt_of_tensors(const NamedTensors& tensors);
 /// SGLang's stat dump around its "logical_count" tensor.
-PtValue stat_dump(HostTensor logical_count, std::int64_t rank,
-                  std::optional<double> average_utilization);
+PtDict stat_dump(HostTensor logical_count, std::int64_t rank,
+                 std::optional<double> average_utilization);
 /// The counts of SGLang's per-pass and per-token dumps (sglang_values.cpp).
 CountWindow counts_of_records(const PtValue& dump);
 

@@ -54,4 +54,20 @@ std::string device_name(Device device) {
                                          : fmt::format("cuda:{}", device.index);
 }
 
+Device device_of_name(std::string_view name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "cuda") return Device::cuda(0);
+  constexpr std::string_view kCuda = "cuda:";
+  MOESTAT_CHECK(name.size() > kCuda.size() && name.size() <= kCuda.size() + 4 &&
+                    name.substr(0, kCuda.size()) == kCuda,
+                "device or storage location \"{}\" is not supported (want cpu or cuda:N)", name);
+  int index = 0;
+  for (char c : name.substr(kCuda.size())) {
+    MOESTAT_CHECK(c >= '0' && c <= '9',
+                  "device or storage location \"{}\" is not supported (want cpu or cuda:N)", name);
+    index = index * 10 + (c - '0');
+  }
+  return Device::cuda(index);
+}
+
 }  // namespace moestat::io

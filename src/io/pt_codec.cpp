@@ -71,7 +71,8 @@ NamedTensors tensors_of_pt(const PtValue& value) {
 }
 
 PtValue pt_of_tensors(const NamedTensors& tensors) {
-  if (const HostTensor* counts = tensors.find(kCountsName)) return stat_dump(*counts, 0, {});
+  if (const HostTensor* counts = tensors.find(kCountsName))
+    return PtValue(stat_dump(*counts, 0, {}));
   if (tensors.tensors.size() == 1 && tensors.tensors.front().first == kMaskName) {
     return PtValue(tensors.tensors.front().second);
   }

@@ -78,10 +78,11 @@ PtDict token_record(const Snapshot& snapshot, std::int64_t rank, std::int64_t fo
   return entry;
 }
 
-PtValue dump_of(PtList records, const Placement& placement) {
+PtValue dump_of(PtList records, const Placement& placement, Device map_device) {
+  HostTensor map = detail::physical_to_logical_tensor(placement);
+  map.device = map_device;
   return PtValue(PtDict{{PtValue("records"), PtValue(std::move(records))},
-                        {PtValue("last_physical_to_logical_map"),
-                         PtValue(detail::physical_to_logical_tensor(placement))}});
+                        {PtValue("last_physical_to_logical_map"), PtValue(std::move(map))}});
 }
 
 }  // namespace
@@ -99,21 +100,43 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank)
               : fmt::format("expert_distribution_recorder_{}.pt", time);
 }
 
-PtValue detail::stat_dump(HostTensor logical_count, std::int64_t rank,
-                          std::optional<double> average_utilization) {
-  return PtValue(PtDict{{PtValue("rank"), PtValue(rank)},
-                        {PtValue("logical_count"), PtValue(std::move(logical_count))},
-                        {PtValue("average_utilization_rate_over_window"),
-                         average_utilization ? PtValue(*average_utilization) : PtValue()}});
+PtDict detail::stat_dump(HostTensor logical_count, std::int64_t rank,
+                         std::optional<double> average_utilization) {
+  return PtDict{{PtValue("rank"), PtValue(rank)},
+                {PtValue("logical_count"), PtValue(std::move(logical_count))},
+                {PtValue("average_utilization_rate_over_window"),
+                 average_utilization ? PtValue(*average_utilization) : PtValue()}};
 }
 
 PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
                          std::optional<double> average_utilization) {
-  return detail::stat_dump(detail::logical_count_tensor(counts), rank, average_utilization);
+  return sglang_stat_dump(detail::logical_count_tensor(counts), rank, average_utilization);
+}
+
+PtValue sglang_stat_dump(const HostTensor& logical_count, std::int64_t rank,
+                         std::optional<double> average_utilization,
+                         std::optional<std::vector<float>> pass_balancedness) {
+  MOESTAT_CHECK(logical_count.shape.size() == 2 || logical_count.shape.size() == 3,
+                "logical_count: expected [layers, experts] or [passes, layers, experts], got {} "
+                "axes",
+                logical_count.shape.size());
+  MOESTAT_CHECK(logical_count.dtype != DType::kFloat32 && logical_count.dtype != DType::kFloat64,
+                "logical_count: expected integer counts, got {}", dtype_name(logical_count.dtype));
+  HostTensor written = detail::count_tensor(logical_count.shape, logical_count.to_int64());
+  written.device = logical_count.device;
+  PtDict dump = detail::stat_dump(std::move(written), rank, average_utilization);
+  if (pass_balancedness) {
+    const auto passes = std::int64_t(pass_balancedness->size());
+    dump.emplace_back(
+        PtValue("eplb_balancedness"),
+        PtValue(HostTensor::of<float>({passes}, std::span<const float>(*pass_balancedness))));
+  }
+  return PtValue(std::move(dump));
 }
 
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
-                             std::int64_t rank, std::span<const SglangPassRecord> passes) {
+                             std::int64_t rank, std::span<const SglangPassRecord> passes,
+                             Device map_device) {
   validate_snapshot(snapshot);
   require_same_topology(snapshot, last_placement);
   MOESTAT_CHECK(snapshot.mode != RecordMode::kPerToken && snapshot.mode != RecordMode::kDecayed,
@@ -132,11 +155,12 @@ PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_pla
                            {snapshot.num_layers, snapshot.num_physical_experts}, counts)));
     records.emplace_back(std::move(entry));
   }
-  return dump_of(std::move(records), last_placement);
+  return dump_of(std::move(records), last_placement, map_device);
 }
 
 PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_placement,
-                              std::int64_t rank, std::span<const SglangPassRecord> passes) {
+                              std::int64_t rank, std::span<const SglangPassRecord> passes,
+                              Device map_device) {
   validate_snapshot(snapshot);
   require_same_topology(snapshot, last_placement);
   MOESTAT_CHECK(snapshot.mode == RecordMode::kPerToken,
@@ -153,7 +177,7 @@ PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_pl
           token_record(snapshot, rank, *first, first - token_passes.begin(), kept, kept, {}, {}));
       first = end;
     }
-    return dump_of(std::move(records), last_placement);
+    return dump_of(std::move(records), last_placement, map_device);
   }
   std::vector<const SglangPassRecord*> in_order;
   for (const SglangPassRecord& pass : passes) in_order.push_back(&pass);
@@ -167,38 +191,44 @@ PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_pl
         token_record(snapshot, rank, pass->forward_pass_id, first - token_passes.begin(), kept,
                      record_tokens(pass->metadata, kept), pass->metadata, pass->misc_objects));
   }
-  return dump_of(std::move(records), last_placement);
+  return dump_of(std::move(records), last_placement, map_device);
+}
+
+PtValue sglang_dump(const Snapshot& snapshot, const Placement& placement, std::int64_t rank,
+                    std::span<const SglangPassRecord> passes, Device map_device) {
+  switch (snapshot.mode) {
+    case RecordMode::kStat:
+    case RecordMode::kStatApprox: {
+      require_same_topology(snapshot, placement);
+      HostTensor logical_count = detail::logical_count_tensor(count_window_of(snapshot));
+      logical_count.device = map_device;
+      return sglang_stat_dump(logical_count, rank, {});
+    }
+    case RecordMode::kPerPass:
+      return sglang_per_pass_dump(snapshot, placement, rank, passes, map_device);
+    case RecordMode::kPerToken:
+      return sglang_per_token_dump(snapshot, placement, rank, passes, map_device);
+    case RecordMode::kDecayed:
+      break;
+  }
+  MOESTAT_FAIL("SGLang has no dump for decayed loads; write a moestat snapshot instead");
 }
 
 std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placement& placement,
                                         std::int64_t rank, const std::filesystem::path& directory,
-                                        std::span<const SglangPassRecord> passes) {
+                                        std::span<const SglangPassRecord> passes,
+                                        Device map_device) {
+  PtValue dump = sglang_dump(snapshot, placement, rank, passes, map_device);
   const std::filesystem::path folder = directory.empty() ? sglang_dump_directory() : directory;
   std::error_code error;
   std::filesystem::create_directories(folder, error);
   MOESTAT_CHECK(!error, "cannot create {}: {}", folder.string(), error.message());
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  PtValue dump;
-  std::filesystem::path path;
-  switch (snapshot.mode) {
-    case RecordMode::kStat:
-    case RecordMode::kStatApprox:
-      require_same_topology(snapshot, placement);
-      dump = sglang_stat_dump(count_window_of(snapshot), rank);
-      path = folder / sglang_dump_name(now);
-      break;
-    case RecordMode::kPerPass:
-      dump = sglang_per_pass_dump(snapshot, placement, rank, passes);
-      path = folder / sglang_dump_name(now, rank);
-      break;
-    case RecordMode::kPerToken:
-      dump = sglang_per_token_dump(snapshot, placement, rank, passes);
-      path = folder / sglang_dump_name(now, rank);
-      break;
-    case RecordMode::kDecayed:
-      MOESTAT_FAIL("SGLang has no dump for decayed loads; write a moestat snapshot instead");
-  }
+  const bool per_rank =
+      snapshot.mode == RecordMode::kPerPass || snapshot.mode == RecordMode::kPerToken;
+  const std::filesystem::path path =
+      folder / (per_rank ? sglang_dump_name(now, rank) : sglang_dump_name(now));
   write_pt_file(path, dump);
   return path;
 }

@@ -110,22 +110,6 @@ std::optional<DType> storage_class_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-/// "cpu" or "cuda" / "cuda:N".
-Device parse_location(const std::string& location) {
-  if (location == "cpu") return Device::cpu();
-  if (location == "cuda") return Device::cuda(0);
-  constexpr std::string_view kCuda = "cuda:";
-  MOESTAT_CHECK(location.size() > kCuda.size() && location.size() <= kCuda.size() + 4 &&
-                    location.compare(0, kCuda.size(), kCuda) == 0,
-                "storage location \"{}\" is not supported (want cpu or cuda:N)", location);
-  int index = 0;
-  for (char c : location.substr(kCuda.size())) {
-    MOESTAT_CHECK(c >= '0' && c <= '9', "storage location \"{}\" is not supported", location);
-    index = index * 10 + (c - '0');
-  }
-  return Device::cuda(index);
-}
-
 class Unpickler {
  public:
   Unpickler(std::span<const std::byte> bytes, const StorageLoader& load_storage, ReadBudget& budget,
@@ -474,7 +458,7 @@ class Unpickler {
     StorageRef ref;
     ref.dtype = type.storage_dtype;
     ref.key = str(expect(values[2], NodeKind::kStr, "storage key"));
-    ref.device = parse_location(str(expect(values[3], NodeKind::kStr, "storage location")));
+    ref.device = device_of_name(str(expect(values[3], NodeKind::kStr, "storage location")));
     ref.numel = node(expect(values[4], NodeKind::kInt, "storage size")).payload;
     MOESTAT_CHECK(ref.numel >= 0, "storage {} has negative size {}", ref.key, ref.numel);
     charge(sizeof(StorageRef) + ref.key.size());

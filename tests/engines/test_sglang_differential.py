@@ -227,3 +227,123 @@ def test_an_empty_recording_dumps_what_sglang_dumps(buffer_size, sglang_recorder
         dumps.append(recorder.dump_record("object"))
     sglang_scenarios.assert_same_dump(*dumps)
     assert dumps[1]["logical_count"].shape[0] == max(buffer_size, 0)
+
+
+# ---- an engine tensor on a GPU, on a machine without one ----
+#
+# SGLang keeps last_physical_to_logical_map (and a stat dump's logical_count) on its GPU, and
+# torch.save records each storage's location ("cuda:0"); torch.load puts it back there.
+# moestat's C++ writer must write the same location. Without a GPU: the map is a CPU tensor
+# that says it is on cuda:0 (a subclass), and torch.save tags its storage "cuda:0" (a
+# serialization tagger ahead of torch's own) -- what torch.save records for a CUDA tensor.
+
+_TAGGED = {}  # storage data_ptr -> the location torch.save records for it
+
+
+def _tag(storage):
+    return _TAGGED.get(storage.data_ptr())
+
+
+torch.serialization.register_package(0, _tag, lambda storage, location: None)
+
+
+class _SaysCuda(torch.Tensor):
+    """A CPU tensor whose ``device`` says cuda:0 (what SGLang's GPU map says)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+def _on_fake_gpu(tensor):
+    _TAGGED[tensor.untyped_storage().data_ptr()] = "cuda:0"
+    return tensor.as_subclass(_SaysCuda)
+
+
+def _storages_of(path):
+    """(storage class, location, elements) of each storage a .pt file's pickle names, in order
+    (torch.load's persistent ids: ("storage", class, key, location, numel))."""
+    import io
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+        pickled = archive.read(name)
+    found = []
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if module == "torch" and name.endswith("Storage"):
+                return name
+            if module == "collections":
+                return super().find_class(module, name)
+            return lambda *args: None  # torch's rebuild functions: only storages matter here
+
+        def persistent_load(self, pid):
+            found.append((pid[1], pid[3], pid[4]))
+
+    Unpickler(io.BytesIO(pickled)).load()
+    return found
+
+
+def _plain(value):
+    """``value`` with _SaysCuda tensors as the plain CPU tensors they are (SGLang's torch.save
+    pickles the subclass; the locations are compared through _storages_of)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value.as_subclass(torch.Tensor) if isinstance(value, torch.Tensor) else value
+
+
+def _load_on_host(directory):
+    files = sorted(directory.glob("expert_distribution_recorder_*.pt"),
+                   key=lambda p: float(p.name.split("_")[3].removesuffix(".pt")))
+    return [(path.name, _plain(torch.load(path, map_location="cpu", weights_only=False)))
+            for path in files]
+
+
+@pytest.mark.parametrize("setup", [Setup("per_pass"), Setup("per_token")], ids=setup_id)
+def test_detail_dumps_keep_the_maps_gpu_as_torch_save_does(setup, sglang_recorder_module,
+                                                           single_process_group, tmp_path,
+                                                           monkeypatch):
+    module, config = sglang_recorder_module
+    make_metadata = sglang_harness.make_metadata
+
+    def metadata_on_gpu(*args, **kwargs):
+        metadata = make_metadata(*args, **kwargs)
+        metadata.physical_to_logical_map = _on_fake_gpu(metadata.physical_to_logical_map)
+        return metadata
+
+    monkeypatch.setattr(sglang_harness, "make_metadata", metadata_on_gpu)
+    monkeypatch.setattr(sglang_scenarios, "load_dumps", _load_on_host)
+    drivers, files = run_differential(dataclasses.replace(setup), module, config, 3, tmp_path)
+    assert files[0], "the scenario wrote no dump: nothing compared"
+    assert_dumps_match(setup, drivers, files)
+    for (name, _), (ours, _) in zip(*files):
+        theirs = _storages_of(tmp_path / "sglang" / name)
+        mine = _storages_of(tmp_path / "moestat" / ours)
+        assert mine == theirs
+        assert theirs[-1] == ("LongStorage", "cuda:0", setup.num_layers * setup.num_physical)
+        assert all(location == "cpu" for _, location, _ in theirs[:-1])
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:3", "cpu"])
+def test_a_stat_dump_keeps_logical_counts_device_as_torch_save_does(device, tmp_path):
+    counts = torch.arange(2 * 3 * 4, dtype=torch.int32).reshape(2, 3, 4)
+    dump = dict(rank=0, logical_count=counts.clone(), average_utilization_rate_over_window=0.75,
+                eplb_balancedness=torch.tensor([0.5, 0.25], dtype=torch.float32))
+    _TAGGED[dump["logical_count"].untyped_storage().data_ptr()] = device
+    try:
+        torch.save(dump, tmp_path / "torch.pt")
+    finally:
+        _TAGGED.clear()
+    (tmp_path / "moestat.pt").write_bytes(moestat._core.sglang_stat_dump_bytes(
+        counts, 0, average_utilization=0.75, device=device, eplb_balancedness=[0.5, 0.25]))
+    assert _storages_of(tmp_path / "moestat.pt") == _storages_of(tmp_path / "torch.pt") == [
+        ("IntStorage", device, 24), ("FloatStorage", "cpu", 2)]
+    sglang_scenarios.assert_same_dump(torch.load(tmp_path / "torch.pt", map_location="cpu"),
+                                      torch.load(tmp_path / "moestat.pt", map_location="cpu"))
+    with pytest.raises(moestat.Error, match="device or storage location \"gpu\" is not supported"):
+        moestat._core.sglang_stat_dump_bytes(counts, device="gpu")

@@ -8,6 +8,8 @@
 #include <moestat/error.hpp>
 #include <moestat/tensor_view.hpp>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -73,5 +75,8 @@ struct HostTensor {
 
 /// "cpu" or "cuda:N", as torch names storage locations.
 std::string device_name(Device device);
+/// The device a torch storage location or device string names: "cpu", "cuda" (device 0) or
+/// "cuda:N"; moestat::Error for anything else.
+Device device_of_name(std::string_view name);
 
 }  // namespace moestat::io

@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace moestat::io {
 
@@ -32,6 +33,15 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank 
 /// Counts above int32's range are written as int64; pass metadata has no place in it.
 PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank = 0,
                          std::optional<double> average_utilization = {});
+/// The same around an engine's logical_count: an integer [W, L, E] or [L, E] tensor, laid out
+/// as SGLang's buffer (W = 0 too: an unbounded buffer before any pass), written int32 (int64
+/// above int32's range) on its `device`, as torch.save writes a storage's location (SGLang
+/// keeps it on its GPU), so torch.load puts it back there. `pass_balancedness`, when given,
+/// is added as "eplb_balancedness", a [P] float32 CPU tensor: the per-pass values SGLang
+/// only logs, which moestat also dumps.
+PtValue sglang_stat_dump(const HostTensor& logical_count, std::int64_t rank,
+                         std::optional<double> average_utilization,
+                         std::optional<std::vector<float>> pass_balancedness = {});
 
 /// What SGLang's recorder keeps of a pass beside its counts, which only the engine sees: a
 /// per-pass or per-token dump built with these writes exactly the records SGLang writes.
@@ -54,8 +64,11 @@ inline constexpr std::int64_t kSglangTopkColumns = 8;
 /// "last_physical_to_logical_map": [L, P] int64}. `snapshot` must be in a pass-based mode.
 /// `passes`, when given, names each snapshot pass's forward_pass_id (every pass needs one);
 /// otherwise the recorder's pass ids are written.
+/// `map_device`: where the engine keeps last_physical_to_logical_map (SGLang: its GPU), written
+/// as torch.save writes a storage's location.
 PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_placement,
-                             std::int64_t rank, std::span<const SglangPassRecord> passes = {});
+                             std::int64_t rank, std::span<const SglangPassRecord> passes = {},
+                             Device map_device = Device::cpu());
 
 /// SGLang's per-token dump: records in SGLang's key order, "forward_pass_id", "rank",
 /// "gatherer_key", the pass's metadata, "topk_ids_of_layer" [L, n, max(8, top_k)] int32
@@ -65,16 +78,23 @@ PtValue sglang_per_pass_dump(const Snapshot& snapshot, const Placement& last_pla
 /// pass_id, n from its input_ids; without: one per pass with kept tokens, n its kept tokens,
 /// no metadata and misc_objects []. `snapshot` must be in per_token mode.
 PtValue sglang_per_token_dump(const Snapshot& snapshot, const Placement& last_placement,
-                              std::int64_t rank, std::span<const SglangPassRecord> passes = {});
+                              std::int64_t rank, std::span<const SglangPassRecord> passes = {},
+                              Device map_device = Device::cpu());
 
-/// Writes the dump that matches the snapshot's mode (stat for stat, stat_approx and
-/// decayed is refused; per_pass; per_token; `passes` as there) into `directory`
-/// (sglang_dump_directory() when empty, created if missing) under sglang_dump_name(now,
-/// rank), atomically. Returns the path written.
+/// The dump that matches the snapshot's mode: stat for stat and stat_approx (the snapshot's
+/// logical counts, on `map_device`), per_pass, per_token (`passes` and `map_device` as
+/// there); decayed is refused.
+PtValue sglang_dump(const Snapshot& snapshot, const Placement& placement, std::int64_t rank,
+                    std::span<const SglangPassRecord> passes = {},
+                    Device map_device = Device::cpu());
+
+/// Writes sglang_dump(...) into `directory` (sglang_dump_directory() when empty, created if
+/// missing) under sglang_dump_name(now, rank), atomically. Returns the path written.
 std::filesystem::path write_sglang_dump(const Snapshot& snapshot, const Placement& placement,
                                         std::int64_t rank,
                                         const std::filesystem::path& directory = {},
-                                        std::span<const SglangPassRecord> passes = {});
+                                        std::span<const SglangPassRecord> passes = {},
+                                        Device map_device = Device::cpu());
 
 // ---- reading .pt values ----
 

@@ -48,8 +48,9 @@ class _PassLog(abc.ABC):
         self.passes_since_reset = 0
 
     @abc.abstractmethod
-    def dump(self, snapshot, *, to_file: bool) -> dict:
-        """The dump of ``snapshot``; ``to_file``: also written where SGLang writes it."""
+    def dump(self, snapshot, *, to_file: bool):
+        """The dump of ``snapshot``: written where SGLang writes it (``to_file``; None
+        returned), else returned as a dict."""
 
 
 class StatLog(_PassLog):
@@ -66,15 +67,17 @@ class StatLog(_PassLog):
                                 % self._config.buffer_size)
         super().reset(open_pass_id)
 
-    def dump(self, snapshot, *, to_file: bool) -> dict:
-        output = dumps.stat_dump(
+    def dump(self, snapshot, *, to_file: bool):
+        data = dumps.stat_dump(
             snapshot, config=self._config, rank=self._rank, ring_start=self._ring_start,
             num_passes=self.passes_since_reset, num_gpus=self._metadata.ep_size,
             device=self._metadata.physical_to_logical_map.device,
             adds=self._adds)
-        if to_file and self._rank == 0:
-            dumps.save_atomically(output, self._config.dump_dir(), dumps.stat_file_name())
-        return output
+        if not to_file:
+            return dumps.load(data)
+        if self._rank == 0:
+            dumps.save_atomically(data, self._config.dump_dir(), dumps.stat_file_name())
+        return None
 
 
 class DetailLog(_PassLog):
@@ -98,10 +101,10 @@ class DetailLog(_PassLog):
         self._passes = {pass_id: record for pass_id, record in self._passes.items()
                         if pass_id == open_pass_id}
 
-    def dump(self, snapshot, *, to_file: bool) -> dict:
-        output = dumps.detail_dump(snapshot, passes=self._passes, rank=self._rank,
-                                   physical_to_logical_map=self._metadata.physical_to_logical_map)
-        if to_file:
-            dumps.save_atomically(output, self._config.dump_dir(),
-                                  dumps.detail_file_name(self._rank))
-        return output
+    def dump(self, snapshot, *, to_file: bool):
+        data = dumps.detail_dump(snapshot, passes=self._passes, rank=self._rank,
+                                 physical_to_logical_map=self._metadata.physical_to_logical_map)
+        if not to_file:
+            return dumps.load(data)
+        dumps.save_atomically(data, self._config.dump_dir(), dumps.detail_file_name(self._rank))
+        return None
