@@ -87,6 +87,14 @@ TEST_F(LlamaImatrix, CountsAreTheRoutingTheWeightsGive) {
   }
   EXPECT_EQ(counts.counts, want);
   EXPECT_EQ(converted(imatrix, dir_.path()).counts, want);
+  // inspect says what the file is: llama-imatrix's counts, not an SGLang dump.
+  const CliRun inspect = run_cli("inspect " + quoted(imatrix));
+  EXPECT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("kind:        llama-imatrix counts (per-expert .counts), "
+                             "[layers][experts]"),
+            std::string::npos)
+      << inspect.out;
+  EXPECT_EQ(inspect.out.find("SGLang"), std::string::npos) << inspect.out;
 }
 
 TEST_F(LlamaImatrix, EveryLayerOfASharedExpertModelCountsTokensTimesTopK) {

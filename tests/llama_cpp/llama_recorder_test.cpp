@@ -12,10 +12,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <moestat/io/files.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
+#include <moestat/io/trace_file.hpp>
 #include <moestat/llama_cpp/llama_recorder.hpp>
 #include <moestat/record/cpu_recorder.hpp>
 #include <numeric>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -358,6 +362,72 @@ TEST_P(LlamaRecorderTest, CommandCountsEqualTheRoutersTopk) {
   for (const char* name : {"snapshot.json", "logical_count.pt", "report.html"}) {
     EXPECT_TRUE(fs::is_regular_file(dir.path() / "out" / name)) << name;
   }
+}
+
+// `moestat llama-offload` plans from a per-token recording as from its counts: the per_token
+// snapshot JSON and a trace file of the same tokens give the plan and profile the counts give.
+TEST_P(LlamaRecorderTest, OffloadFromPerTokenRecordingsEqualsOffloadFromTheirCounts) {
+  moestat::record::CpuRecorder recorder(moestat::ModelTopology::uniform(kLayers, kExperts, kTopK),
+                                        {.mode = moestat::RecordMode::kPerToken});
+  LlamaRecorder llama_recorder(recorder);
+  ProbsTopk probe;
+  Llama llama(GetParam(), llama_recorder, probe);
+  recorder.start();
+  llama_recorder.start();
+  probe.on = true;
+  const std::vector<llama_token> prompt = llama.tokenize(kPrompt);
+  ASSERT_EQ(llama.decode(prompt, 0, true), 0);
+  llama_recorder.end_pass();
+  const moestat::Snapshot snapshot = recorder.snapshot();
+  ASSERT_EQ(snapshot.num_tokens(), std::int64_t(prompt.size()));
+
+  moestat::test::ScratchDir dir;
+  moestat::io::write_file_atomically(dir.path() / "tokens.json",
+                                     moestat::io::snapshot_to_json(snapshot));
+  {
+    moestat::io::TraceWriter writer(dir.path() / "tokens.trace", {.num_layers = kLayers,
+                                                                  .num_logical_experts = kExperts,
+                                                                  .num_physical_experts = kExperts,
+                                                                  .top_k = kTopK});
+    // Two chunks, as two passes would write them.
+    const std::size_t half = (prompt.size() / 2) * kLayers * kTopK;
+    const std::span<const std::int32_t> ids(snapshot.token_physical_ids);
+    writer.append(0, 0, ids.first(half));
+    writer.append(1, 0, ids.subspan(half));
+  }
+  moestat::CountWindow counts{.num_layers = kLayers, .num_experts = kExperts};
+  counts.counts = probe.counts();
+  moestat::io::write_counts(dir.path() / "counts.json", counts);
+
+  // The JSON plan and the profile, written to the same path each time (the plan names it).
+  auto offload = [&](const std::string& stats) {
+    fs::remove(dir.path() / "profile.csv");
+    const moestat::test::CliRun run = moestat::test::run_cli(fmt::format(
+        "llama-offload --stats {} --expert-bytes 100 --vram-bytes 850 --json --profile {}",
+        moestat::test::quoted(dir.path() / stats),
+        moestat::test::quoted(dir.path() / "profile.csv")));
+    EXPECT_EQ(run.code, 0) << run.err;
+    return run.out + moestat::test::read_whole_file(dir.path() / "profile.csv");
+  };
+  const std::string from_counts = offload("counts.json");
+  EXPECT_NE(from_counts.find("on_gpu"), std::string::npos) << from_counts;
+  EXPECT_EQ(offload("tokens.json"), from_counts);
+  EXPECT_EQ(offload("tokens.trace"), from_counts);
+
+  // A trace of replicas (P > E) holds slot ids: refused, saying so.
+  {
+    moestat::io::TraceWriter writer(dir.path() / "replicas.trace",
+                                    {.num_layers = kLayers,
+                                     .num_logical_experts = kExperts,
+                                     .num_physical_experts = kExperts + 2,
+                                     .top_k = kTopK});
+    writer.append(0, 0, std::span<const std::int32_t>(snapshot.token_physical_ids));
+  }
+  const moestat::test::CliRun replicas = moestat::test::run_cli(
+      fmt::format("llama-offload --stats {} --expert-bytes 100 --vram-bytes 850",
+                  moestat::test::quoted(dir.path() / "replicas.trace")));
+  EXPECT_NE(replicas.code, 0);
+  EXPECT_NE(replicas.err.find("holds slot ids"), std::string::npos) << replicas.err;
 }
 
 // Prompts it cannot run are refused by name, and the directory it made is removed again.

@@ -182,6 +182,7 @@ class InspectCommand final : public Command {
   /// its format and to the statistics readers.
   int summarise() {
     const io::DetectedFile detected = io::read_detected_file(path_);
+    format_ = detected.format;
     Json out = Json::object();
     out["file"] = path_;
     out["format"] = io::file_format_name(detected.format);
@@ -313,7 +314,10 @@ class InspectCommand final : public Command {
     if (json_) return;
 
     fmt::print("file:        {}\n", printable(path_));
-    fmt::print("kind:        SGLang logical_count, {}\n",
+    // A GGUF holds llama-imatrix's per-expert `.counts`, not SGLang's logical_count.
+    fmt::print("kind:        {}, {}\n",
+               format_ == io::FileFormat::kGguf ? "llama-imatrix counts (per-expert .counts)"
+                                                : "SGLang logical_count",
                counts.has_window_axis ? "[passes][layers][experts]" : "[layers][experts]");
     if (counts.has_window_axis) {
       fmt::print("shape:       {} passes x {} layers x {} experts\n", counts.window_size,
@@ -537,6 +541,7 @@ class InspectCommand final : public Command {
   std::string path_;
   bool json_ = false;
   bool all_layers_ = false;
+  io::FileFormat format_ = io::FileFormat::kJson;  ///< Of the file summarised (summarise()).
   std::int64_t num_hottest_ = 3;
 };
 

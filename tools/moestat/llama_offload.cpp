@@ -12,12 +12,16 @@
 #include <moestat/error.hpp>
 #include <moestat/io/files.hpp>
 #include <moestat/io/gguf.hpp>
+#include <moestat/io/snapshot_json.hpp>
 #include <moestat/io/statistics.hpp>
+#include <moestat/io/trace_file.hpp>
 #include <moestat/plan/llama_offload.hpp>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "command.hpp"
 #include "output_files.hpp"
@@ -27,6 +31,64 @@ namespace moestat::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+/// Adds per-token ids [tokens, L, top_k] to [L, E] counts: each id of each layer counted
+/// once; -1 (a dense layer, padding, an id out of range) skipped.
+void tally_tokens(std::span<const std::int32_t> ids, std::int64_t top_k, CountWindow& counts,
+                  std::string_view what) {
+  const std::int64_t num_experts = counts.num_experts;
+  MOESTAT_CHECK(top_k > 0 && std::int64_t(ids.size()) % (counts.num_layers * top_k) == 0,
+                "{}: {} ids are not whole tokens of {} layers x top-{}", what, ids.size(),
+                counts.num_layers, top_k);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int32_t id = ids[i];
+    if (id < 0) continue;
+    MOESTAT_CHECK(id < num_experts, "{}: expert id {} out of [0, {})", what, id, num_experts);
+    const std::int64_t layer = (std::int64_t(i) / top_k) % counts.num_layers;
+    ++counts.counts[std::size_t(layer * num_experts + id)];
+  }
+}
+
+/// The counts of `path`: any counts file read_counts reads, or a per-token recording with
+/// its tokens' ids tallied per layer and expert: a moestat trace file (the CUDA recorder's,
+/// physical ids: one slot per expert, P = E, as llama.cpp has) or a per_token snapshot JSON,
+/// which keeps its tokens and no pass window (moestat.llama_cpp --mode per_token writes one).
+CountWindow counts_of(const std::string& path) {
+  const io::DetectedFile detected = io::read_detected_file(path);
+  if (detected.format == io::FileFormat::kTrace) {
+    const io::TraceFile trace = io::read_trace(detected.data(), path);
+    const io::TraceHeader& h = trace.header;
+    MOESTAT_CHECK(h.num_physical_experts == h.num_logical_experts,
+                  "{}: a trace of {} physical slots for {} experts holds slot ids, which name no "
+                  "expert without the placement: llama-offload takes traces of one slot per expert",
+                  path, h.num_physical_experts, h.num_logical_experts);
+    MOESTAT_CHECK(!trace.chunks.empty(), "{}: the trace holds no pass", path);
+    CountWindow counts{.num_layers = h.num_layers, .num_experts = h.num_logical_experts};
+    counts.counts.assign(std::size_t(h.num_layers * h.num_logical_experts), 0);
+    for (const io::TraceChunk& chunk : trace.chunks) {
+      tally_tokens(chunk.ids, h.top_k, counts, path);
+    }
+    return counts;
+  }
+  try {
+    return io::read_counts(detected, io::Fractions::kKeep);
+  } catch (const Error&) {
+    if (detected.format != io::FileFormat::kJson) throw;
+    std::optional<Snapshot> snapshot;
+    try {
+      snapshot = io::snapshot_from_json(detected.bytes);
+    } catch (const Error&) {
+    }
+    if (!snapshot || snapshot->mode != RecordMode::kPerToken || snapshot->num_tokens() == 0) {
+      throw;  // read_counts' own error
+    }
+    CountWindow counts{.num_layers = snapshot->num_layers,
+                       .num_experts = snapshot->num_logical_experts};
+    counts.counts.assign(std::size_t(counts.num_layers * counts.num_experts), 0);
+    tally_tokens(snapshot->token_logical_ids, snapshot->top_k, counts, path);
+    return counts;
+  }
+}
 
 /// [L] bytes of one expert per layer, from a model's blk.N.ffn_*_exps.weight tensors (their
 /// bytes summed, over E). moestat::Error when a MoE layer has none or a type is unknown.
@@ -65,7 +127,10 @@ class LlamaOffloadCommand final : public Command {
         "llama-offload",
         "Which expert tensors llama.cpp keeps on the GPU for a VRAM budget (-ot, --n-cpu-moe) "
         "and a per-expert profile");
-    sub->add_option("--stats", stats_, std::string(kStatsFileHelp) + " (a window is summed)")
+    sub->add_option("--stats", stats_,
+                    std::string(kStatsFileHelp) +
+                        " (a window is summed); or a per-token recording, its tokens' experts "
+                        "counted: a moestat trace (.trace) or a per_token snapshot JSON")
         ->required();
     sub->add_option("--vram-bytes", budget_, "GPU bytes for expert tensors")->required();
     CLI::Option_group* size = sub->add_option_group("size", "What one expert takes");
@@ -101,7 +166,7 @@ class LlamaOffloadCommand final : public Command {
       MOESTAT_CHECK(profile.extension() == ".json" || profile.extension() == ".csv",
                     "{}: a profile is .json or .csv", profile_);
     }
-    const plan::ExpertLoads loads = plan::loads_of(io::read_counts(stats_, io::Fractions::kKeep));
+    const plan::ExpertLoads loads = plan::loads_of(counts_of(stats_));
     const std::vector<std::uint64_t> sizes =
         model_.empty() ? std::vector<std::uint64_t>(std::size_t(loads.num_layers), *expert_bytes_)
                        : expert_bytes_of_model(model_, loads);
