@@ -11,6 +11,7 @@ build_python_package() {
   if [[ ! -f $build/CMakeCache.txt ]] && ! cmake -S . -B "$build" -G Ninja \
       -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON -DMOESTAT_BUILD_REPORT=OFF \
       -DMOESTAT_BUILD_TESTS=OFF -DMOESTAT_BUILD_BENCH=OFF -DMOESTAT_WERROR=OFF \
+      -DMOESTAT_FMT_HEADER_ONLY=ON \
       -DPython_EXECUTABLE="$(command -v python3)" "${cmake_args[@]}" \
       >"$out/build.log" 2>&1; then
     tail -n 40 "$out/build.log"

@@ -34,7 +34,7 @@ source "$(dirname "$0")/../device_deps.sh"
 echo "== build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESTAT_BUILD_PYTHON=ON \
   -DMOESTAT_BUILD_REPORT=OFF -DMOESTAT_BUILD_TESTS=ON -DMOESTAT_BUILD_BENCH=OFF \
-  -DMOESTAT_WERROR=OFF \
+  -DMOESTAT_WERROR=OFF -DMOESTAT_FMT_HEADER_ONLY=ON \
   -DPython_EXECUTABLE="$(command -v python3)" "${cmake_args[@]}" >"$out/build.log" 2>&1 &&
   cmake --build build-gpu --target _core moestat_gpu_recorder_tests moestat_gpu_route_tests >>"$out/build.log" 2>&1
 if [[ $? -ne 0 ]]; then
