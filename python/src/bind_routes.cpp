@@ -354,6 +354,22 @@ void bind_routes(nb::module_& module) {
            "position a pass routed; positions between routed ones come back not valid.")
       .def("finish", &RouteRecorder::finish, "request_id"_a,
            nb::call_guard<nb::gil_scoped_release>(), "take(), then forgets the request.")
+      .def(
+          "take_many",
+          [](RouteRecorder& recorder, const std::vector<std::string>& request_ids) {
+            nb::gil_scoped_release unlocked;
+            return recorder.take_many(request_ids);
+          },
+          "request_ids"_a,
+          "take() of each request, in order, their rows read in one go (CUDA: one copy and "
+          "one wait for them all); a request named twice gets its rows the first time.")
+      .def(
+          "finish_many",
+          [](RouteRecorder& recorder, const std::vector<std::string>& request_ids) {
+            nb::gil_scoped_release unlocked;
+            return recorder.finish_many(request_ids);
+          },
+          "request_ids"_a, "take_many(), then forgets the requests.")
       .def("set_placement", &RouteRecorder::set_placement, "placement"_a,
            "The placement that maps physical ids of passes beginning from now on.")
       .def("set_model", &RouteRecorder::set_model, "model"_a,

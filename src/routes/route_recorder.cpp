@@ -315,61 +315,96 @@ void RouteRecorder::abort_pass() {
 
 RoutedExperts RouteRecorder::take(std::string_view request_id) {
   require_keys(RouteKeys::kRequestPositions, "take");
-  return take_locked_then_read(request_id, false);
+  return std::move(take_then_read({&request_id, 1}, false).front());
 }
 
 RoutedExperts RouteRecorder::finish(std::string_view request_id) {
   require_keys(RouteKeys::kRequestPositions, "finish");
-  return take_locked_then_read(request_id, true);
+  return std::move(take_then_read({&request_id, 1}, true).front());
 }
 
-RoutedExperts RouteRecorder::take_locked_then_read(std::string_view request_id, bool forget) {
-  std::vector<std::int32_t> rows;
-  std::int64_t first_position = 0;
+std::vector<RoutedExperts> RouteRecorder::take_many(std::span<const std::string> request_ids) {
+  require_keys(RouteKeys::kRequestPositions, "take_many");
+  const std::vector<std::string_view> ids(request_ids.begin(), request_ids.end());
+  return take_then_read(ids, false);
+}
+
+std::vector<RoutedExperts> RouteRecorder::finish_many(std::span<const std::string> request_ids) {
+  require_keys(RouteKeys::kRequestPositions, "finish_many");
+  const std::vector<std::string_view> ids(request_ids.begin(), request_ids.end());
+  return take_then_read(ids, true);
+}
+
+std::vector<RoutedExperts> RouteRecorder::take_then_read(
+    std::span<const std::string_view> request_ids, bool forget) {
+  std::vector<Detached> detached;
+  detached.reserve(request_ids.size());
+  std::vector<std::int32_t> rows;  // every request's, one after another
   std::uint64_t placement_version = 0;
   std::string model;
   {
     std::lock_guard lock(mutex_);
-    const auto found = requests_.find(request_id);
-    if (found == requests_.end()) {
-      return RoutedExperts::unrecorded(layout_, std::string(request_id), 0, 0);
+    for (std::string_view request_id : request_ids) {
+      Detached& taken = detached.emplace_back(Detached{std::string(request_id), 0, 0, rows.size()});
+      const auto found = requests_.find(request_id);
+      if (found == requests_.end()) continue;
+      RequestRows& request = found->second;
+      // Every held position is in [first_position, end); end_pass's gap bound keeps the gaps
+      // between them, handed out as rows not valid, to capacity_tokens per request.
+      taken.first_position = request.first_position;
+      taken.num_tokens = request.end - request.first_position;
+      rows.resize(rows.size() + std::size_t(taken.num_tokens), -1);
+      for (const HeldRow& held : request.rows) {
+        rows[taken.first_row + std::size_t(held.position - taken.first_position)] = held.row;
+      }
+      request.rows = {};  // its memory too: a request holds memory only while it holds rows
+      request.first_position = request.end;
+      request.gap_positions = 0;
+      if (forget) requests_.erase(found);
     }
-    RequestRows& request = found->second;
-    first_position = request.first_position;
-    // Every held position is in [first_position, end); end_pass's gap bound keeps the gaps
-    // between them, handed out as rows not valid, to capacity_tokens per span.
-    rows.assign(std::size_t(request.end - first_position), -1);
-    for (const HeldRow& held : request.rows) {
-      rows[std::size_t(held.position - first_position)] = held.row;
-    }
-    request.rows = {};  // its memory too: a request holds memory only while it holds rows
-    request.first_position = request.end;
-    request.gap_positions = 0;
-    if (forget) requests_.erase(found);
     placement_version = placement_version_;
     model = model_;
   }
-  RoutedExperts routes = RoutedExperts::unrecorded(layout_, std::string(request_id), first_position,
-                                                   std::int64_t(rows.size()));
-  routes.model = std::move(model);
-  routes.placement_version = placement_version;
-  if (!rows.empty()) {
-    // The rows were removed from the table above, so no pass can be given them before they
-    // are read; they become free only once read.
-    try {
-      do_read_rows(rows, routes.ids.data.data(), routes.valid.data.data());
-    } catch (...) {
-      std::lock_guard lock(mutex_);
-      for (std::int32_t row : rows) {
-        if (row >= 0) release(row);
-      }
-      throw;
-    }
+  // The rows were removed from the table above, so no pass can be given them before they are
+  // read; they become free only once read.
+  const auto release_rows = [&] {
     std::lock_guard lock(mutex_);
     for (std::int32_t row : rows) {
       if (row >= 0) release(row);
     }
+  };
+  std::vector<RoutedExperts> routes;
+  try {
+    routes.reserve(detached.size());
+    for (Detached& taken : detached) {
+      routes.push_back(RoutedExperts::unrecorded(layout_, std::move(taken.request_id),
+                                                 taken.first_position, taken.num_tokens));
+      routes.back().model = model;
+      routes.back().placement_version = placement_version;
+    }
+    if (routes.size() == 1 && !rows.empty()) {
+      do_read_rows(rows, routes.front().ids.data.data(), routes.front().valid.data.data());
+    } else if (!rows.empty()) {
+      const auto columns = std::size_t(layout_.num_columns());
+      const std::size_t row_bytes =
+          columns * std::size_t(layout_.top_k) * dtype_size(layout_.id_dtype());
+      std::vector<std::byte> ids(rows.size() * row_bytes);
+      std::vector<std::byte> valid(rows.size() * columns);
+      do_read_rows(rows, ids.data(), valid.data());
+      for (std::size_t i = 0; i < routes.size(); ++i) {
+        const std::size_t first = detached[i].first_row;
+        const auto count = std::size_t(detached[i].num_tokens);
+        std::copy_n(ids.begin() + std::ptrdiff_t(first * row_bytes), count * row_bytes,
+                    routes[i].ids.data.begin());
+        std::copy_n(valid.begin() + std::ptrdiff_t(first * columns), count * columns,
+                    routes[i].valid.data.begin());
+      }
+    }
+  } catch (...) {
+    release_rows();
+    throw;
   }
+  release_rows();
   return routes;
 }
 

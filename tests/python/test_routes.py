@@ -52,6 +52,25 @@ def test_the_recorder_keeps_each_requests_logical_routes_by_position(rng):
     assert recorder.capacity_bytes == 64 * recorder.layout.bytes_per_token == 64 * 2 * 3
 
 
+def test_take_many_reads_every_request_in_the_order_asked():
+    recorder = moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(2, 4, 2),
+                                        max_tokens_per_pass=4, capacity_tokens=8)
+    ids = np.array([[0, 1], [2, 3], [1, 2]], dtype=np.int32)
+    for step in range(2):
+        recorder.begin_pass()
+        for layer in (0, 1):
+            recorder.record_topk(layer, ids if step == 0 else ids[:, ::-1].copy())
+        recorder.end_pass([("a", step, 1), ("b", 2 * step, 2)])
+    taken = recorder.take_many(["b", "unseen", "a", "b"])
+    assert [routes.request_id for routes in taken] == ["b", "unseen", "a", "b"]
+    assert [routes.num_tokens for routes in taken] == [4, 0, 2, 0]
+    np.testing.assert_array_equal(taken[2].ids[:, 0], [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(taken[0].ids[:, 1], [[2, 3], [1, 2], [3, 2], [2, 1]])
+    assert recorder.tallies()["tokens_held"] == 0 and sorted(recorder.requests()) == ["a", "b"]
+    assert [routes.num_tokens for routes in recorder.finish_many(["a", "b"])] == [0, 0]
+    assert recorder.requests() == []
+
+
 def test_slot_keys_read_rows_in_the_order_asked():
     recorder = moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2),
                                         max_tokens_per_pass=4, capacity_tokens=8, keys="slots")

@@ -107,6 +107,49 @@ TEST(RouteRecorder, EqualsTheReferenceAcrossPassesAndTakes) {
   EXPECT_TRUE(recorder.requests().empty());
 }
 
+TEST(RouteRecorder, TakeManyHandsOutWhatTakesInTurnWould) {
+  const ModelTopology topology = small_topology();
+  const Placement placement = replicated_placement(topology);
+  const routes::RouteRecorderOptions options{.max_tokens_per_pass = 64, .capacity_tokens = 4096};
+  CpuRouteRecorder one_by_one(topology, options);
+  CpuRouteRecorder together(topology, options);
+  one_by_one.set_placement(placement);
+  together.set_placement(placement);
+  const std::vector<std::int32_t> map(placement.physical_to_logical().begin(),
+                                      placement.physical_to_logical().end());
+  const auto passes =
+      test::random_route_passes(topology, one_by_one.layout(), map, 20, 5, 11, true);
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    run_pass(one_by_one, passes[p]);
+    run_pass(together, passes[p]);
+    if (p % 5 != 4) continue;
+    // Every request, one never seen, and one named twice: its second take holds nothing.
+    std::vector<std::string> names = one_by_one.requests();
+    ASSERT_FALSE(names.empty());
+    names.push_back("never-seen");
+    names.push_back(names.front());
+    const bool finishing = p % 10 == 9;
+    const std::vector<RoutedExperts> many =
+        finishing ? together.finish_many(names) : together.take_many(names);
+    ASSERT_EQ(many.size(), names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const RoutedExperts single =
+          finishing ? one_by_one.finish(names[i]) : one_by_one.take(names[i]);
+      EXPECT_EQ(many[i].request_id, names[i]);
+      EXPECT_EQ(many[i].first_position, single.first_position) << names[i];
+      EXPECT_EQ(many[i].num_tokens(), single.num_tokens()) << names[i];
+      EXPECT_EQ(many[i].ids.data, single.ids.data) << names[i];
+      EXPECT_EQ(many[i].valid.data, single.valid.data) << names[i];
+      EXPECT_EQ(many[i].placement_version, 3u);
+    }
+    EXPECT_EQ(together.requests(), one_by_one.requests());
+    EXPECT_EQ(together.tallies().tokens_held, one_by_one.tallies().tokens_held);
+  }
+  EXPECT_TRUE(together.requests().empty());
+  EXPECT_EQ(together.tallies().tokens_held, 0);
+  EXPECT_TRUE(together.take_many({}).empty());
+}
+
 TEST(RouteRecorder, IdsAreTheNarrowestType) {
   for (auto [experts, dtype] :
        {std::pair{256, DType::kUInt8}, std::pair{257, DType::kUInt16},

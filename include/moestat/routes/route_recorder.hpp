@@ -145,6 +145,12 @@ class RouteRecorder {
   RoutedExperts take(std::string_view request_id);
   /// take(), then forgets the request.
   RoutedExperts finish(std::string_view request_id);
+  /// take() of each request in `request_ids`, in order, with their rows read in one go: the
+  /// CUDA backend gathers, copies and waits once, not once per request (a decode batch's
+  /// finished requests). A request named twice gets its rows the first time.
+  std::vector<RoutedExperts> take_many(std::span<const std::string> request_ids);
+  /// finish() of each request in `request_ids`: take_many(), then forgets them.
+  std::vector<RoutedExperts> finish_many(std::span<const std::string> request_ids);
   /// Slot keys: the rows of `slots` in their order (slot -1, or one never written: not
   /// valid), as routes of `request_id` from `first_position`. Rows stay where they are.
   RoutedExperts read_slots(std::span<const std::int64_t> slots, std::string request_id = {},
@@ -231,7 +237,17 @@ class RouteRecorder {
   static std::int32_t held_row(const RequestRows& request, std::int64_t position);
   void commit(PassPlan& plan) noexcept;
   void release(std::int32_t row);
-  RoutedExperts take_locked_then_read(std::string_view request_id, bool forget);
+  /// A request's rows detached from the table by take(), to be read.
+  struct Detached {
+    std::string request_id;
+    std::int64_t first_position = 0;
+    std::int64_t num_tokens = 0;  ///< Its rows in the read, from first_row.
+    std::size_t first_row = 0;
+  };
+  /// Takes each request's rows out of the table (forgetting the requests if `forget`), reads
+  /// them with one do_read_rows, then frees them.
+  std::vector<RoutedExperts> take_then_read(std::span<const std::string_view> request_ids,
+                                            bool forget);
 
   ModelTopology topology_;
   RouteLayout layout_;
