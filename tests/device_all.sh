@@ -36,6 +36,15 @@ echo "=== routes (at ${SECONDS} s)"
 BENCH=${BENCH:-0} MOESTAT_DEVICE_BUILD=build-gpu tests/routes/run_device_routes.sh \
   build-gpu/tests/gpu "$logs/routes" "$prepared/deps" || status=1
 
+# llama.cpp built with CUDA there, its recorder checked and benchmarked: off by default (its
+# CUDA build takes minutes); LLAMA=1 adds it within what is left of 570 s
+# (tests/llama_cpp/run_device_llama.sh; PREPARED/llama.cpp-src.tar.xz).
+if [[ ${LLAMA:-0} == 1 ]]; then
+  echo "=== llama.cpp on CUDA (at ${SECONDS} s)"
+  LLAMA_BUDGET_S=${LLAMA_BUDGET_S:-$((570 - SECONDS))} \
+    tests/llama_cpp/run_device_llama.sh "$logs/llama" "$prepared" || status=1
+fi
+
 pack_logs
 echo "=== device_all: exit status $status after ${SECONDS} s"
 exit $status

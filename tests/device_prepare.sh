@@ -10,6 +10,8 @@
 #   .deps/device/sglang.zip   the files of .venv-engines' sglang that the differential and
 #                             routed-experts tests load (tests/engines/sglang_harness.py:
 #                             MOESTAT_SGLANG_WHEEL)
+#   .deps/device/llama.cpp-src.tar.xz  llama.cpp's sources for its CUDA build there (LLAMA=1;
+#                             tests/llama_cpp/pack_llama_sources.sh, 2.5 MB)
 # The device tool carries at most 64 MiB with the working tree; the script prints the size.
 # Then, on the device: tests/device_all.sh "$OUT" .deps/device   (carry: .deps/device)
 set -euo pipefail
@@ -26,4 +28,5 @@ rm -rf "$dest/debs" "$dest/deps/usr/share/doc" "$dest/deps/usr/share/man"
 
 tests/engines/vllm_device_bundle.sh "$dest/vllm-bundle"
 .venv-engines/bin/python tests/engines/sglang_harness.py --zip "$dest/sglang.zip"
+tests/llama_cpp/pack_llama_sources.sh "$dest/llama.cpp-src.tar.xz"
 du -sh "$dest" "$dest"/*
