@@ -113,6 +113,24 @@ std::vector<io::SglangPassRecord> pass_records_of(nb::handle passes) {
   return out;
 }
 
+/// An engine's int32 or int64 counts as they are, in one copy (a stat dump's buffer is
+/// W x L x E: no per-element conversion); moestat::Error for another dtype or a non-contiguous
+/// or non-CPU array.
+io::HostTensor engine_counts(const AnyArray& array) {
+  constexpr std::string_view kWhat = "logical_count";
+  const TensorView view = view_of(array, kWhat);
+  view.require_cpu(kWhat);
+  MOESTAT_CHECK(view.dtype() == DType::kInt32 || view.dtype() == DType::kInt64,
+                "{}: expected int32 or int64 counts, got {}", kWhat, dtype_name(view.dtype()));
+  MOESTAT_CHECK(view.is_contiguous(), "{}: expected a contiguous array", kWhat);
+  io::HostTensor out;
+  out.dtype = view.dtype();
+  out.shape.assign(view.shape().begin(), view.shape().end());
+  const auto* first = static_cast<const std::byte*>(view.data());
+  out.data.assign(first, first + view.numel() * std::int64_t(dtype_size(view.dtype())));
+  return out;
+}
+
 /// The arguments write_sglang_dump and sglang_dump_bytes share.
 struct SglangDumpArguments {
   SglangDumpArguments(const char* function, nb::handle snapshot_arg, nb::handle placement_arg,
@@ -326,12 +344,9 @@ void bind_files(nb::module_& module) {
       [](nb::handle logical_count, nb::handle rank, nb::handle average, nb::handle device,
          nb::handle balancedness) {
         constexpr const char* kFunction = "sglang_stat_dump_bytes";
-        std::vector<std::int64_t> shape;
-        std::vector<std::int64_t> values = counts_of_array(
-            array_argument(logical_count, kFunction, "logical_count",
-                           "of [layers, experts] or [passes, layers, experts] counts"),
-            "logical_count", shape);
-        io::HostTensor counts = io::HostTensor::of<std::int64_t>(std::move(shape), values);
+        io::HostTensor counts = engine_counts(array_argument(
+            logical_count, kFunction, "logical_count",
+            "of int32 or int64 [layers, experts] or [passes, layers, experts] counts"));
         const auto rank_value = integer_argument<std::int64_t>(rank, kFunction, "rank");
         const std::optional<double> average_value =
             average.is_none() ? std::nullopt
@@ -347,8 +362,8 @@ void bind_files(nb::module_& module) {
         std::string bytes;
         {
           nb::gil_scoped_release unlocked;
-          bytes = io::pt_to_bytes(
-              io::sglang_stat_dump(counts, rank_value, average_value, std::move(per_pass_values)));
+          bytes = io::pt_to_bytes(io::sglang_stat_dump(std::move(counts), rank_value, average_value,
+                                                       std::move(per_pass_values)));
         }
         return nb::bytes(bytes.data(), bytes.size());
       },

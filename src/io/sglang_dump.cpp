@@ -113,16 +113,20 @@ PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank,
   return sglang_stat_dump(detail::logical_count_tensor(counts), rank, average_utilization);
 }
 
-PtValue sglang_stat_dump(const HostTensor& logical_count, std::int64_t rank,
+PtValue sglang_stat_dump(HostTensor logical_count, std::int64_t rank,
                          std::optional<double> average_utilization,
                          std::optional<std::vector<float>> pass_balancedness) {
   MOESTAT_CHECK(logical_count.shape.size() == 2 || logical_count.shape.size() == 3,
                 "logical_count: expected [layers, experts] or [passes, layers, experts], got {} "
                 "axes",
                 logical_count.shape.size());
-  MOESTAT_CHECK(logical_count.dtype != DType::kFloat32 && logical_count.dtype != DType::kFloat64,
-                "logical_count: expected integer counts, got {}", dtype_name(logical_count.dtype));
-  HostTensor written = detail::count_tensor(logical_count.shape, logical_count.to_int64());
+  MOESTAT_CHECK(logical_count.dtype == DType::kInt32 || logical_count.dtype == DType::kInt64,
+                "logical_count: expected int32 or int64 counts, got {}",
+                dtype_name(logical_count.dtype));
+  // An engine's int32 buffer as it is; int64 narrowed where it fits, as SGLang's int32.
+  HostTensor written = logical_count.dtype == DType::kInt32
+                           ? std::move(logical_count)
+                           : detail::count_tensor(logical_count.shape, logical_count.to_int64());
   written.device = logical_count.device;
   PtDict dump = detail::stat_dump(std::move(written), rank, average_utilization);
   if (pass_balancedness) {
@@ -202,7 +206,7 @@ PtValue sglang_dump(const Snapshot& snapshot, const Placement& placement, std::i
       require_same_topology(snapshot, placement);
       HostTensor logical_count = detail::logical_count_tensor(count_window_of(snapshot));
       logical_count.device = map_device;
-      return sglang_stat_dump(logical_count, rank, {});
+      return sglang_stat_dump(std::move(logical_count), rank, {});
     }
     case RecordMode::kPerPass:
       return sglang_per_pass_dump(snapshot, placement, rank, passes, map_device);

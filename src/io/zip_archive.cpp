@@ -148,14 +148,20 @@ std::string zip_archive(std::span<const ZipRecord> records) {
     zip_discard(archive);
     MOESTAT_FAIL("cannot write a zip archive: {}", why);
   }
+  zip_stat_t written;
+  zip_stat_init(&written);
+  MOESTAT_CHECK(zip_source_stat(buffer, &written) == 0 && (written.valid & ZIP_STAT_SIZE) != 0,
+                "cannot read back the zip archive");
   MOESTAT_CHECK(zip_source_open(buffer) == 0, "cannot read back the zip archive");
-  std::string out;
-  char chunk[1 << 16];
-  for (;;) {
-    const zip_int64_t got = zip_source_read(buffer, chunk, sizeof chunk);
-    MOESTAT_CHECK(got >= 0, "cannot read back the zip archive");
-    if (got == 0) break;
-    out.append(chunk, std::size_t(got));
+  // Read in one go into a string of the archive's size: no chunk copies, no regrowth (a
+  // dump's storages are tens of MB).
+  std::string out(std::size_t(written.size), '\0');
+  std::size_t filled = 0;
+  while (filled < out.size()) {
+    const zip_int64_t got =
+        zip_source_read(buffer, out.data() + filled, zip_uint64_t(out.size() - filled));
+    MOESTAT_CHECK(got > 0, "cannot read back the zip archive");
+    filled += std::size_t(got);
   }
   zip_source_close(buffer);
   return out;

@@ -33,13 +33,13 @@ std::string sglang_dump_name(double unix_time, std::optional<std::int64_t> rank 
 /// Counts above int32's range are written as int64; pass metadata has no place in it.
 PtValue sglang_stat_dump(const CountWindow& counts, std::int64_t rank = 0,
                          std::optional<double> average_utilization = {});
-/// The same around an engine's logical_count: an integer [W, L, E] or [L, E] tensor, laid out
-/// as SGLang's buffer (W = 0 too: an unbounded buffer before any pass), written int32 (int64
+/// The same around an engine's logical_count: an int32 or int64 [W, L, E] or [L, E] tensor, laid
+/// out as SGLang's buffer (W = 0 too: an unbounded buffer before any pass), written int32 (int64
 /// above int32's range) on its `device`, as torch.save writes a storage's location (SGLang
 /// keeps it on its GPU), so torch.load puts it back there. `pass_balancedness`, when given,
 /// is added as "eplb_balancedness", a [P] float32 CPU tensor: the per-pass values SGLang
 /// only logs, which moestat also dumps.
-PtValue sglang_stat_dump(const HostTensor& logical_count, std::int64_t rank,
+PtValue sglang_stat_dump(HostTensor logical_count, std::int64_t rank,
                          std::optional<double> average_utilization,
                          std::optional<std::vector<float>> pass_balancedness = {});
 
