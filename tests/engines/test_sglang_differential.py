@@ -237,11 +237,19 @@ def test_an_empty_recording_dumps_what_sglang_dumps(buffer_size, sglang_recorder
 # that says it is on cuda:0 (a subclass), and torch.save tags its storage "cuda:0" (a
 # serialization tagger ahead of torch's own) -- what torch.save records for a CUDA tensor.
 
-_TAGGED = {}  # storage data_ptr -> the location torch.save records for it
+_TAGGED = {}  # storage data_ptr -> (the location torch.save records for it, its tensor)
 
 
 def _tag(storage):
-    return _TAGGED.get(storage.data_ptr())
+    tagged = _TAGGED.get(storage.data_ptr())
+    return tagged[0] if tagged else None
+
+
+@pytest.fixture
+def tagging():
+    """_TAGGED, emptied after the test: a later tensor at a tagged address stays untagged."""
+    yield _TAGGED
+    _TAGGED.clear()
 
 
 torch.serialization.register_package(0, _tag, lambda storage, location: None)
@@ -256,7 +264,7 @@ class _SaysCuda(torch.Tensor):
 
 
 def _on_fake_gpu(tensor):
-    _TAGGED[tensor.untyped_storage().data_ptr()] = "cuda:0"
+    _TAGGED[tensor.untyped_storage().data_ptr()] = ("cuda:0", tensor)  # kept alive while tagged
     return tensor.as_subclass(_SaysCuda)
 
 
@@ -307,7 +315,7 @@ def _load_on_host(directory):
 @pytest.mark.parametrize("setup", [Setup("per_pass"), Setup("per_token")], ids=setup_id)
 def test_detail_dumps_keep_the_maps_gpu_as_torch_save_does(setup, sglang_recorder_module,
                                                            single_process_group, tmp_path,
-                                                           monkeypatch):
+                                                           monkeypatch, tagging):
     module, config = sglang_recorder_module
     make_metadata = sglang_harness.make_metadata
 
@@ -330,15 +338,12 @@ def test_detail_dumps_keep_the_maps_gpu_as_torch_save_does(setup, sglang_recorde
 
 
 @pytest.mark.parametrize("device", ["cuda:0", "cuda:3", "cpu"])
-def test_a_stat_dump_keeps_logical_counts_device_as_torch_save_does(device, tmp_path):
+def test_a_stat_dump_keeps_logical_counts_device_as_torch_save_does(device, tmp_path, tagging):
     counts = torch.arange(2 * 3 * 4, dtype=torch.int32).reshape(2, 3, 4)
     dump = dict(rank=0, logical_count=counts.clone(), average_utilization_rate_over_window=0.75,
                 eplb_balancedness=torch.tensor([0.5, 0.25], dtype=torch.float32))
-    _TAGGED[dump["logical_count"].untyped_storage().data_ptr()] = device
-    try:
-        torch.save(dump, tmp_path / "torch.pt")
-    finally:
-        _TAGGED.clear()
+    tagging[dump["logical_count"].untyped_storage().data_ptr()] = (device, dump["logical_count"])
+    torch.save(dump, tmp_path / "torch.pt")
     (tmp_path / "moestat.pt").write_bytes(moestat._core.sglang_stat_dump_bytes(
         counts, 0, average_utilization=0.75, device=device, eplb_balancedness=[0.5, 0.25]))
     assert _storages_of(tmp_path / "moestat.pt") == _storages_of(tmp_path / "torch.pt") == [
