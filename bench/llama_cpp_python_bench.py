@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What moestat.llama_cpp (the Python recorder in llama-cpp-python's cb_eval) costs: tokens per
 second of a prompt pass and of a decode with no callback, with the recorder attached but
-stopped, and recording counts, in the same run, modes interleaved repeat by repeat, as
+stopped, and recording counts, in the same run, the modes taking turns at every pass and step, as
 bench/llama_cpp/llama_record_bench.cpp does for the C++ recorder (bench/llama_cpp_bench.sh runs
 both; docs/BENCHMARKS.md).
 
@@ -44,6 +44,7 @@ class Runner:
         self.context = llama_cpp.llama_init_from_model(model, params)
         assert self.context, "llama.cpp could not make a context"
         self.batch = llama_cpp.llama_batch_init(arguments.prompt_tokens, 0, 1)
+        self.position = 0
 
     def decode(self, tokens, first, last_output):
         batch = self.batch
@@ -58,15 +59,20 @@ class Runner:
         assert result == 0, f"llama_decode: {result}"
         llama_cpp.llama_get_logits_ith(self.context, -1)
 
-    def run(self, prompt, steps):
+    def timed(self, tokens, first):
+        """Wall and CPU seconds (every thread of the process) of one llama_decode."""
+        start, start_cpu = time.perf_counter(), time.process_time()
+        self.decode(tokens, first, True)  # every token an output, as the C++ benchmark
+        return time.perf_counter() - start, time.process_time() - start_cpu
+
+    def prompt(self, tokens):
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.context), True)
-        start = time.perf_counter()
-        self.decode(prompt, 0, True)  # every token an output, as the C++ benchmark
-        prompt_end = time.perf_counter()
-        for i, token in enumerate(steps):
-            self.decode([token], len(prompt) + i, True)
-        end = time.perf_counter()
-        return prompt_end - start, end - prompt_end
+        self.position = len(tokens)
+        return self.timed(tokens, 0)
+
+    def step(self, token):
+        self.position += 1
+        return self.timed([token], self.position - 1)
 
     def passes(self):
         return 0 if self.llama_recorder is None else self.llama_recorder.num_passes
@@ -95,27 +101,44 @@ def main():
 
     runners = [Runner(model, arguments, mode) for mode in MODES]
     for runner in runners:  # warm-up round, not timed
-        runner.run(prompt, steps[:2])
-    prompt_rate = [[] for _ in MODES]
-    decode_rate = [[] for _ in MODES]
-    for repeat in range(arguments.repeats):
-        for m in range(len(MODES)):
-            index = (m + repeat) % len(MODES)
-            prompt_seconds, decode_seconds = runners[index].run(prompt, steps)
-            prompt_rate[index].append(arguments.prompt_tokens / prompt_seconds)
-            decode_rate[index].append(arguments.decode_tokens / decode_seconds)
-    print(f"llama-cpp-python {llama_cpp.__version__}: {arguments.repeats} repeats of a "
-          f"{arguments.prompt_tokens}-token prompt pass and {arguments.decode_tokens} decode steps "
-          "per mode (medians)")
-    print(f"{'mode':<10} {'prompt tok/s':>14} {'vs off':>10} {'decode tok/s':>14} {'vs off':>10} "
-          f"{'passes':>12}")
-    prompt_off = statistics.median(prompt_rate[0])
-    decode_off = statistics.median(decode_rate[0])
-    for m, mode in enumerate(MODES):
-        p, d = statistics.median(prompt_rate[m]), statistics.median(decode_rate[m])
-        print(f"{mode:<10} {p:>14.1f} {p / prompt_off:>10.4f} {d:>14.2f} {d / decode_off:>10.4f} "
-              f"{runners[m].passes():>12}")
+        runner.prompt(prompt)
+        runner.step(steps[0])
+    # The modes take turns at every prompt pass and decode step, each round in another order;
+    # each mode's time is compared with `off`'s of the same round (as the C++ benchmark).
+    rate = [[[[] for _ in MODES] for _ in range(2)] for _ in range(2)]  # [phase][clock][mode]
+    ratio = [[[[] for _ in MODES] for _ in range(2)] for _ in range(2)]
+    rounds = 0
 
+    def add_round(phase, times, tokens):
+        for m in range(len(MODES)):
+            for clock in range(2):
+                rate[phase][clock][m].append(tokens / times[m][clock])
+                ratio[phase][clock][m].append(times[0][clock] / times[m][clock])
+
+    for _ in range(arguments.repeats):
+        times = [None] * len(MODES)
+        for i in range(len(MODES)):
+            m = (i + rounds) % len(MODES)
+            times[m] = runners[m].prompt(prompt)
+        rounds += 1
+        add_round(0, times, len(prompt))
+        for token in steps:
+            for i in range(len(MODES)):
+                m = (i + rounds) % len(MODES)
+                times[m] = runners[m].step(token)
+            rounds += 1
+            add_round(1, times, 1)
+    print(f"llama-cpp-python {llama_cpp.__version__}: {arguments.repeats} repeats of a "
+          f"{arguments.prompt_tokens}-token prompt pass and {arguments.decode_tokens} decode steps; "
+          "modes in turn; medians over rounds")
+    for clock, name in enumerate(["wall time", "CPU time of every thread"]):
+        print(f"{'mode':<10} {'prompt tok/s':>14} {'vs off':>10} {'decode tok/s':>14} "
+              f"{'vs off':>10} {'passes':>8}   ({name})")
+        for m, mode in enumerate(MODES):
+            print(f"{mode:<10} {statistics.median(rate[0][clock][m]):>14.1f} "
+                  f"{statistics.median(ratio[0][clock][m]):>10.4f} "
+                  f"{statistics.median(rate[1][clock][m]):>14.2f} "
+                  f"{statistics.median(ratio[1][clock][m]):>10.4f} {runners[m].passes():>8}")
 
 if __name__ == "__main__":
     main()

@@ -21,8 +21,9 @@
 //              alternative to `stat`, which copies them to the host (ggml_backend_tensor_get)
 // A prompt pass: P random tokens from an empty context, one micro-batch, every token an output
 // (per-token traces need them; the byte vocabulary's output head costs next to nothing).
-// A decode: D single-token decodes after it. Output: one line per mode with the median
-// tokens/s of each over the repeats and its ratio to `off`'s median.
+// A decode: D single-token decodes after it. The modes take turns at every prompt pass and
+// every decode step. Output, in wall time and in CPU time: per mode the median tokens/s and the
+// median of its ratio to `off`'s in the same turn (MOESTAT_BENCH_VERBOSE=1: progress).
 #include <fmt/format.h>
 #include <llama.h>
 
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <moestat/llama_cpp/llama_recorder.hpp>
 #include <moestat/record/cpu_recorder.hpp>
@@ -91,6 +93,13 @@ Options parse(int argc, char** argv) {
         "[--decode-tokens D] [--repeats R] [--gpu-layers N]");
   }
   return options;
+}
+
+/// CPU seconds of every thread of this process.
+double cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return double(now.tv_sec) + double(now.tv_nsec) * 1e-9;
 }
 
 void quiet(ggml_log_level level, const char* text, void*) {
@@ -203,21 +212,20 @@ class Runner {
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 
-  /// Seconds of the prompt pass and of the decode steps after it.
-  std::pair<double, double> run(const std::vector<llama_token>& prompt,
-                                const std::vector<llama_token>& steps) {
+  /// Wall and CPU seconds (every thread of the process) of one llama_decode.
+  struct Times {
+    double wall, cpu;
+  };
+  /// The prompt from an empty context. Every token an output, as per-token traces need (and
+  /// llama-record asks); the byte vocabulary makes the output head's cost negligible.
+  Times prompt(const std::vector<llama_token>& tokens) {
     llama_memory_clear(llama_get_memory(context_), true);
-    const auto start = Clock::now();
-    // Every token an output, as per-token traces need (and llama-record asks); the byte
-    // vocabulary makes the output head's cost negligible.
-    decode(prompt, 0, true);
-    const auto prompt_end = Clock::now();
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-      decode({steps[i]}, int(prompt.size() + i), true);
-    }
-    const auto end = Clock::now();
-    return {std::chrono::duration<double>(prompt_end - start).count(),
-            std::chrono::duration<double>(end - prompt_end).count()};
+    position_ = int(tokens.size());
+    return timed([&] { decode(tokens, 0, true); });
+  }
+  /// One decode step after what the context holds.
+  Times step(llama_token token) {
+    return timed([&] { decode({token}, position_++, true); });
   }
 
   std::int64_t passes() const {
@@ -255,6 +263,15 @@ class Runner {
     (void)llama_get_logits_ith(context_, -1);
   }
 
+  template <typename Body>
+  static Times timed(Body&& body) {
+    const auto start = Clock::now();
+    const double start_cpu = cpu_seconds();
+    body();
+    return {std::chrono::duration<double>(Clock::now() - start).count(), cpu_seconds() - start_cpu};
+  }
+
+  int position_ = 0;
   std::unique_ptr<moestat::record::CpuRecorder> recorder_;
   std::unique_ptr<moestat::llama_cpp::LlamaRecorder> llama_recorder_;
 #if defined(MOESTAT_HAS_CUDA)
@@ -309,30 +326,63 @@ int main(int argc, char** argv) try {
     runners.push_back(std::make_unique<Runner>(*model, options, mode));
   }
   // A warm-up round, not timed (page cache, thread pools, allocations).
-  for (auto& runner : runners) runner->run(prompt, {steps.begin(), steps.begin() + 2});
+  for (auto& runner : runners) {
+    runner->prompt(prompt);
+    runner->step(steps[0]);
+  }
 
+  // The modes take turns at every prompt pass and at every decode step, each round in
+  // another order, and each mode's time is compared with `off`'s of the same round: drift
+  // and bursts of other load on a shared machine fall on a round, not on a mode. Per mode:
+  // the median over rounds of its tokens/s, and of its ratio to `off`'s in the round.
   const std::size_t num_modes = runners.size();
-  std::vector<std::vector<double>> prompt_rate(num_modes), decode_rate(num_modes);
-  for (int repeat = 0; repeat < options.repeats; ++repeat) {
+  // [phase: prompt, decode][clock: wall, cpu][mode] -> samples
+  std::vector<double> rate[2][2][8], ratio[2][2][8];
+  auto add_round = [&](int phase, const std::vector<Runner::Times>& times, double tokens) {
     for (std::size_t m = 0; m < num_modes; ++m) {
-      // Each repeat starts at another mode, so none is always first after another.
-      const std::size_t index = (m + std::size_t(repeat)) % num_modes;
-      const auto [prompt_seconds, decode_seconds] = runners[index]->run(prompt, steps);
-      prompt_rate[index].push_back(options.prompt_tokens / prompt_seconds);
-      decode_rate[index].push_back(options.decode_tokens / decode_seconds);
+      for (int clock = 0; clock < 2; ++clock) {
+        const double mine = clock == 0 ? times[m].wall : times[m].cpu;
+        const double off = clock == 0 ? times[0].wall : times[0].cpu;
+        rate[phase][clock][m].push_back(tokens / mine);
+        ratio[phase][clock][m].push_back(off / mine);
+      }
+    }
+  };
+  int round = 0;
+  for (int repeat = 0; repeat < options.repeats; ++repeat) {
+    std::vector<Runner::Times> times(num_modes);
+    for (std::size_t i = 0; i < num_modes; ++i) {
+      const std::size_t m = (i + std::size_t(round)) % num_modes;
+      times[m] = runners[m]->prompt(prompt);
+    }
+    ++round;
+    add_round(0, times, double(prompt.size()));
+    for (const llama_token next : steps) {
+      for (std::size_t i = 0; i < num_modes; ++i) {
+        const std::size_t m = (i + std::size_t(round)) % num_modes;
+        times[m] = runners[m]->step(next);
+      }
+      ++round;
+      add_round(1, times, 1.0);
+    }
+    if (std::getenv("MOESTAT_BENCH_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "repeat %d done\n", repeat);
     }
   }
-  fmt::print("{} repeats of a {}-token prompt pass and {} decode steps per mode (medians)\n",
-             options.repeats, options.prompt_tokens, options.decode_tokens);
-  fmt::print("{:<10} {:>14} {:>10} {:>14} {:>10} {:>12}\n", "mode", "prompt tok/s", "vs off",
-             "decode tok/s", "vs off", "passes");
-  const double prompt_off = median(prompt_rate[0]);
-  const double decode_off = median(decode_rate[0]);
-  for (std::size_t m = 0; m < num_modes; ++m) {
-    const double p = median(prompt_rate[m]);
-    const double d = median(decode_rate[m]);
-    fmt::print("{:<10} {:>14.1f} {:>10.4f} {:>14.2f} {:>10.4f} {:>12}\n", mode_name(modes[m]), p,
-               p / prompt_off, d, d / decode_off, runners[m]->passes());
+  fmt::print(
+      "{} repeats of a {}-token prompt pass and {} decode steps; modes in turn at every pass "
+      "and step; medians over {} prompt rounds and {} decode rounds\n",
+      options.repeats, options.prompt_tokens, options.decode_tokens, options.repeats,
+      options.repeats * options.decode_tokens);
+  for (int clock = 0; clock < 2; ++clock) {
+    fmt::print("{:<10} {:>14} {:>10} {:>14} {:>10} {:>8}   ({})\n", "mode", "prompt tok/s",
+               "vs off", "decode tok/s", "vs off", "passes",
+               clock == 0 ? "wall time" : "CPU time of every thread");
+    for (std::size_t m = 0; m < num_modes; ++m) {
+      fmt::print("{:<10} {:>14.1f} {:>10.4f} {:>14.2f} {:>10.4f} {:>8}\n", mode_name(modes[m]),
+                 median(rate[0][clock][m]), median(ratio[0][clock][m]), median(rate[1][clock][m]),
+                 median(ratio[1][clock][m]), runners[m]->passes());
+    }
   }
   return 0;
 } catch (const std::exception& error) {
