@@ -87,6 +87,12 @@ class _GgmlTensor(ctypes.Structure):
 
 
 _NAME_OFFSET = _GgmlTensor.name.offset
+# The name's first 13 bytes read as two little-endian words, compared before any string is made:
+# the callback asks about every node of the graph, ~60 per layer, and this is its cost.
+_U64_AT = ctypes.c_uint64.from_address
+_PREFIX_WORD = int.from_bytes(_TOPK_PREFIX[:8], "little")  # "ffn_moe_"
+_PREFIX_TAIL = int.from_bytes(_TOPK_PREFIX[8:], "little")  # "topk-"
+_PREFIX_TAIL_MASK = (1 << (8 * (len(_TOPK_PREFIX) - 8))) - 1
 
 # Addresses of the callbacks of every LlamaCppRecorder alive: parameters that already hold
 # one are refused (reused parameters would feed both recorders).
@@ -272,7 +278,10 @@ class LlamaCppRecorder:
                 if self._recording and self._error is None:
                     if not self._layout_checked:
                         self._check_layout(tensor)
-                    layer = _topk_layer(ctypes.string_at(tensor + _NAME_OFFSET))
+                    name = tensor + _NAME_OFFSET
+                    if (_U64_AT(name).value == _PREFIX_WORD
+                            and _U64_AT(name + 8).value & _PREFIX_TAIL_MASK == _PREFIX_TAIL):
+                        layer = _topk_layer(ctypes.string_at(name))
                 self._wanted_layer = layer
                 return self._previous_wants or layer >= 0
             keep_going = True
