@@ -640,6 +640,14 @@ class RouteRecorder:
     def finish(self, request_id: str) -> RoutedExperts:
         """take(), then forgets the request."""
 
+    def take_many(self, request_ids: Sequence[str]) -> list[RoutedExperts]:
+        """
+        take() of each request, in order, their rows read in one go (CUDA: one copy and one wait for them all); a request named twice gets its rows the first time.
+        """
+
+    def finish_many(self, request_ids: Sequence[str]) -> list[RoutedExperts]:
+        """take_many(), then forgets the requests."""
+
     def set_placement(self, placement: Placement) -> None:
         """The placement that maps physical ids of passes beginning from now on."""
 
