@@ -9,8 +9,8 @@ Variants, timed in turns over --rounds rounds, each captured --captures times:
 - moestat: a CudaRouteRecorder; the routers' ids are recorded by one launch per 32 layers at
   the end of the forward (inside the graph), and around each replay the host opens the pass
   and ends it with the batch's requests and positions (end_pass: the row moves' copy and one
-  kernel); every 64 steps each request's rows are taken (take()), as an engine hands them to
-  the trainer;
+  kernel); every 64 steps every request's rows are taken (one take_many()), as an engine hands
+  them to the trainer;
 - SGLang-style: what SGLang 0.5.23's routed-experts capturer does (state_capturer/base.py):
   a forward hook on every router writes ``device_cache[:n, layer, :] = topk_ids`` (int32,
   [max_batch, num_hidden_layers, top_k]) inside the graph; after each replay the overlap
@@ -114,9 +114,8 @@ class MoestatCapture:
             self.take()
 
     def take(self):
-        for b in range(self.batch):
-            routes = self.recorder.take(f"r{b}")
-            assert routes.complete, f"request r{b}: rows not recorded"
+        for routes in self.recorder.take_many([f"r{b}" for b in range(self.batch)]):
+            assert routes.complete, f"request {routes.request_id}: rows not recorded"
             self.taken_rows += routes.num_tokens
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine: the route recorders' GPU tests, the capture cost on a real decode step
-# (bench/routes_step_cost.py), the Python package's CUDA route tests and the route-capture,
-# SGLang capturer and routing-replay engine tests on the GPU, then the GPU tests under
-# compute-sanitizer (last: the slowest, and the least needed to read the rest).
+# Runs on a GPU machine: the route recorders' GPU tests, the capture cost alone and on a real
+# decode step (bench/routes_capture_cost.py, bench/routes_step_cost.py), the Python package's
+# CUDA route tests and the route-capture, SGLang capturer and routing-replay engine tests on
+# the GPU, then the GPU tests under compute-sanitizer (last: the slowest, and the least needed
+# to read the rest).
 #
 # Usage: tests/routes/run_device_routes.sh BIN_DIR OUT_DIR [DEPS_PREFIX]
 #   BIN_DIR: moestat_gpu_route_tests, built with nvcc where the whole project builds.
@@ -10,7 +11,8 @@
 #     links and its build finds: libfmt-dev, libfmt9, nlohmann-json3-dev, libzip-dev, libzip4
 #     and its libraries, pkgconf. The package is built here without the report layer and the
 #     CLI (MOESTAT_BUILD_REPORT=OFF), so librsvg, Cairo and CLI11 are not needed.
-#   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own); BENCH=0 skips it.
+#   BENCH_ARGS: arguments of bench/routes_step_cost.py (default: its own); CAPTURE_ARGS: those
+#   of bench/routes_capture_cost.py; BENCH=0 skips both, STEP_BENCH=0 the step's.
 #   TESTS: the pytest files to run (default: all four below); SANITIZE=0 skips the sanitizers.
 #   MOESTAT_SGLANG_WHEEL: an sglang 0.5.23 wheel (or a zip of its state_capturer and
 #     detokenizer files and dist-info), where the machine has no sglang installed.
@@ -35,6 +37,12 @@ tail -n 3 "$out/gpu_tests.log"
 grep -E "^\[  FAILED" "$out/gpu_tests.log"
 
 if [[ ${BENCH:-1} == 1 ]]; then
+  echo "== capture cost alone, on a graph of routers"
+  (cd bench && python3 routes_capture_cost.py --json "$out/routes_capture_cost.json" \
+    ${CAPTURE_ARGS:-}) 2>&1 | tee "$out/routes_capture_cost.log" | tail -n 8
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+if [[ ${BENCH:-1} == 1 && ${STEP_BENCH:-1} == 1 ]]; then
   echo "== capture cost on a decode step"
   (cd bench && python3 routes_step_cost.py --json "$out/routes_step_cost.json" ${BENCH_ARGS:-}) \
     2>&1 | tee "$out/routes_step_cost.log" | tail -n 12
