@@ -30,6 +30,7 @@ except Exception as error:  # pragma: no cover - vLLM without its worker modules
     pytest.skip(f"vLLM's worker modules do not import: {error!r}", allow_module_level=True)
 
 import moestat
+from moestat.vllm import recording as moestat_recording
 from moestat.vllm import worker as moestat_worker
 
 EXTENSION = "moestat.vllm.worker.RecordingExtension"
@@ -107,7 +108,11 @@ def test_with_the_variable_a_server_records_after_warm_up_and_dumps_at_shutdown(
     generator = torch.Generator().manual_seed(1)
     for tokens in STEPS:
         wrapper.step(tokens, generator)
+    recorder_id = wrapper.worker.moestat_recording.handle.recorder_id
     wrapper.shutdown()                   # vLLM calls destroy_worker_extension here
+    # Detached: nothing of the recording is left to outlive the worker.
+    assert wrapper.worker.moestat_recording is None
+    assert recorder_id not in moestat_recording._handles
     dump = moestat.read_counts(str(tmp_path / "routing" / moestat_worker.DUMP_NAME))
     expected = expected_after_warm_up(wrapper.get_model(), len(STEPS))
     np.testing.assert_array_equal(dump["counts"], expected)

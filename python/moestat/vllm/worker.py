@@ -122,13 +122,22 @@ class RecordingExtension:
         self.compile_or_warm_up_model = warm_up_then_start
 
     def destroy_worker_extension(self) -> None:
-        """vLLM's hook at shutdown: with MOESTAT_VLLM_RECORD_DIR set, the dump (gathered)."""
+        """vLLM's hook at shutdown: with MOESTAT_VLLM_RECORD_DIR set, the dump (gathered); then
+        the recording is detached, so neither its hooks nor its recorder outlive the worker
+        (a recorder left in the registry was reported leaked at the interpreter's exit)."""
+        if getattr(self, "moestat_recording", None) is None:
+            return
         directory = os.environ.get(ENV_RECORD_DIR, "").strip()
-        if directory and getattr(self, "moestat_recording", None) is not None:
-            try:
+        try:  # never fail vLLM's shutdown
+            if directory:
                 self.moestat_dump(os.path.join(directory, DUMP_NAME))
-            except Exception:  # never fail vLLM's shutdown
-                logger.exception("moestat: writing the routing dump failed")
+        except Exception:
+            logger.exception("moestat: writing the routing dump failed")
+        finally:
+            try:
+                self.moestat_detach()
+            except Exception:
+                logger.exception("moestat: detaching the recording at shutdown failed")
 
     def moestat_attach(self, mode: str = "stat", window_size: int = DEFAULT_WINDOW) -> None:
         """Creates this worker's recorder (stopped) and attaches it to the model vLLM loaded.
