@@ -38,6 +38,7 @@ import torch
 from torch.utils.dlpack import to_dlpack
 
 import moestat
+from sglang_style_routes import SglangStyleRoutes
 
 VARIANTS = ("bare", "moestat", "moestat, take each", "sglang-style")
 TAKE_EVERY = 64
@@ -102,35 +103,13 @@ class MoestatCapture:
             self.rows_taken += routes.num_tokens
 
 
-class SglangStyleCapture:
+class SglangStyleCapture(SglangStyleRoutes):
     def __init__(self, arguments, batch):
-        shape = (batch, arguments.layers, arguments.top_k)
-        self.device_cache = torch.zeros(shape, dtype=torch.int32, device="cuda")
-        self.staging = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
-        self.host_cache = torch.zeros((batch * TAKE_EVERY,) + shape[1:], dtype=torch.int32,
-                                      pin_memory=True)
-        self.batch = batch
-        self.copied = torch.cuda.Event()
-        self.pending = None
-        self.steps = 0
+        super().__init__(batch, arguments.layers, arguments.top_k, TAKE_EVERY)
 
     def in_graph(self, ids):
         for layer, layer_ids in enumerate(ids):
-            self.device_cache[:layer_ids.shape[0], layer, :] = layer_ids
-
-    def around(self, replay):
-        replay()
-        self.finalize()  # the previous step's rows, once their copy is done
-        self.staging.copy_(self.device_cache[:self.batch].clone(), non_blocking=True)
-        self.copied.record()
-        self.pending = torch.arange(self.batch) * TAKE_EVERY + self.steps % TAKE_EVERY
-        self.steps += 1
-
-    def finalize(self):
-        if self.pending is not None:
-            self.copied.synchronize()
-            self.host_cache[self.pending] = self.staging
-            self.pending = None
+            self.write(layer, layer_ids)
 
 
 def capture_graph(routers, capture):

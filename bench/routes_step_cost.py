@@ -39,6 +39,7 @@ import moestat
 from moestat.integrations import transformers as moestat_hf
 
 import hf_step_cost
+from sglang_style_routes import SglangStyleRoutes
 
 VARIANTS = ("off", "moestat", "sglang-style", "off, recaptured")
 
@@ -119,52 +120,25 @@ class MoestatCapture:
             self.taken_rows += routes.num_tokens
 
 
-class SglangStyleCapture:
+class SglangStyleCapture(SglangStyleRoutes):
     """SGLang 0.5.23's BaseDeviceCache.capture in every router, and on_forward_end's copy to
     the host cache indexed by KV slot (its overlap-scheduler path)."""
 
     def __init__(self, model, batch):
         config = model.config
         self.routers = moestat_hf.find_routers(model)
-        self.top_k = config.num_experts_per_tok
-        self.device_cache = torch.zeros(batch, config.num_hidden_layers, self.top_k,
-                                        dtype=torch.int32, device="cuda")
-        self.host_cache = torch.zeros(batch * 128, config.num_hidden_layers, self.top_k,
-                                      dtype=torch.int32, pin_memory=True)
-        self.staging = torch.zeros(batch, config.num_hidden_layers, self.top_k,
-                                   dtype=torch.int32, pin_memory=True)
-        self.batch = batch
-        self.copied = torch.cuda.Event()
-        self.pending = None
-        self.steps = 0
+        super().__init__(batch, config.num_hidden_layers, config.num_experts_per_tok, 128)
 
     def attach(self, model):
-        device_cache = self.device_cache
-
         def hook_for(layer):
             def capture(router, args, output):
-                ids = output[moestat_hf.TOP_K_IDS]
-                device_cache[:ids.shape[0], layer, :] = ids
+                self.write(layer, output[moestat_hf.TOP_K_IDS])
             return capture
         return [router.register_forward_hook(hook_for(layer))
                 for layer, router in self.routers.items()]
 
     def around_replay(self, replay):
-        replay()
-        # The previous step's rows land in the host cache once their copy is done.
-        self.finalize()
-        rows = self.device_cache[:self.batch, :, :self.top_k].clone()
-        self.staging.copy_(rows, non_blocking=True)
-        self.copied.record()
-        slots = (torch.arange(self.batch) * 128 + self.steps % 128)
-        self.pending = slots
-        self.steps += 1
-
-    def finalize(self):
-        if self.pending is not None:
-            self.copied.synchronize()
-            self.host_cache[self.pending] = self.staging
-            self.pending = None
+        self.around(replay)
 
 
 def measure(model, batch, arguments):
