@@ -89,7 +89,7 @@ void CpuRouteRecorder::do_record(std::span<const ColumnIds> layers) {
   }
 }
 
-void CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
+RouteRecorder::PassTicket CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   const std::int64_t num_columns = layout().num_columns();
   const std::int64_t column_bytes = row_id_bytes() / num_columns;
   for (const RowMove& move : moves) {
@@ -108,17 +108,21 @@ void CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
     }
   }
   advance_stamp();
+  return 0;  // the rows are in the store already
 }
 
-void CpuRouteRecorder::do_read_rows(std::span<const std::int32_t> rows, std::byte* ids,
-                                    std::byte* valid) {
+void CpuRouteRecorder::do_read_rows(std::span<const std::int32_t> rows,
+                                    std::span<const ReadTarget> targets, PassTicket) {
   const std::int64_t num_columns = layout().num_columns();
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0) continue;
-    std::memcpy(ids + std::int64_t(i) * row_id_bytes(), ids_.data() + rows[i] * row_id_bytes(),
-                std::size_t(row_id_bytes()));
-    std::memcpy(valid + std::int64_t(i) * num_columns, valid_.data() + rows[i] * num_columns,
-                std::size_t(num_columns));
+  for (const ReadTarget& target : targets) {
+    for (std::size_t i = 0; i < target.count; ++i) {
+      const std::int32_t row = rows[target.first + i];
+      if (row < 0) continue;  // the target's zeros stay
+      std::memcpy(target.ids + std::int64_t(i) * row_id_bytes(), ids_.data() + row * row_id_bytes(),
+                  std::size_t(row_id_bytes()));
+      std::memcpy(target.valid + std::int64_t(i) * num_columns, valid_.data() + row * num_columns,
+                  std::size_t(num_columns));
+    }
   }
 }
 

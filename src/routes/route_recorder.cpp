@@ -1,6 +1,7 @@
 // RouteRecorder: the checks every backend shares and the host's table of which store row
 // holds which request's position.
 #include <algorithm>
+#include <cstring>
 #include <moestat/error.hpp>
 #include <moestat/routes/route_recorder.hpp>
 #include <numeric>
@@ -49,6 +50,7 @@ struct RouteRecorder::PassPlan {
     std::vector<HeldRow> rows;
     std::int64_t end;
     std::int64_t gap_positions;
+    bool moved;  // the pass moves one of its rows
   };
   std::vector<RowMove> moves;
   std::size_t rows_used = 0;  // from the back of free_rows_
@@ -115,6 +117,7 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
     std::vector<HeldRow> rows;  // by position, as the span's
     const std::int64_t not_taken = request ? request->first_position : span.first_position;
     const std::int64_t first = span.first_row == TokenSpan::kFollows ? next_row : span.first_row;
+    const std::size_t moves_before = plan.moves.size();
     for (std::int64_t i = 0; i < span.num_tokens; ++i) {
       const std::int64_t position = span.first_position + i;
       const auto batch_row = std::int32_t(first + i);
@@ -146,7 +149,8 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
         request->rows.reserve(std::max(needed, 2 * request->rows.capacity()));
       }
       plan.grown.push_back({request, std::move(rows), std::max(request->end, end),
-                            request->gap_positions + gap_before(*request, span)});
+                            request->gap_positions + gap_before(*request, span),
+                            plan.moves.size() > moves_before});
     } else {
       plan.new_requests.emplace(span.request_id,
                                 RequestRows{span.first_position, std::move(rows), end});
@@ -167,7 +171,7 @@ std::int32_t RouteRecorder::held_row(const RequestRows& request, std::int64_t po
   return found == request.rows.end() || found->position != position ? -1 : found->row;
 }
 
-void RouteRecorder::commit(PassPlan& plan) noexcept {
+void RouteRecorder::commit(PassPlan& plan, PassTicket ticket) noexcept {
   // Nothing here throws (room reserved by plan_rows, new requests' nodes spliced, a merge
   // that falls back to no buffer rather than fail), so the table never holds half a pass.
   free_rows_.resize(free_rows_.size() - plan.rows_used);
@@ -186,6 +190,10 @@ void RouteRecorder::commit(PassPlan& plan) noexcept {
     }
     grown.request->end = grown.end;
     grown.request->gap_positions = grown.gap_positions;
+    if (grown.moved) grown.request->written_by = ticket;
+  }
+  for (auto& [name, request] : plan.new_requests) {
+    if (!request.rows.empty()) request.written_by = ticket;
   }
   requests_.merge(plan.new_requests);
   tallies_.tokens_recorded += plan.tokens_recorded;
@@ -194,6 +202,27 @@ void RouteRecorder::commit(PassPlan& plan) noexcept {
 }
 
 void RouteRecorder::release(std::int32_t row) { free_rows_.push_back(row); }
+
+void RouteRecorder::copy_to_targets(std::span<const ReadTarget> targets, std::size_t first,
+                                    std::size_t count, const std::byte* ids,
+                                    const std::byte* valid) const noexcept {
+  const auto columns = std::size_t(layout_.num_columns());
+  const std::size_t row_bytes =
+      columns * std::size_t(layout_.top_k) * dtype_size(layout_.id_dtype());
+  // The first target ending past `first`: targets are few (one per request), so a search
+  // per chunk costs nothing beside the copy.
+  auto target = std::upper_bound(
+      targets.begin(), targets.end(), first,
+      [](std::size_t row, const ReadTarget& t) { return row < t.first + t.count; });
+  for (; target != targets.end() && target->first < first + count; ++target) {
+    const std::size_t from = std::max(first, target->first);
+    const std::size_t to = std::min(first + count, target->first + target->count);
+    std::memcpy(target->ids + (from - target->first) * row_bytes, ids + (from - first) * row_bytes,
+                (to - from) * row_bytes);
+    std::memcpy(target->valid + (from - target->first) * columns, valid + (from - first) * columns,
+                (to - from) * columns);
+  }
+}
 
 void RouteRecorder::check_layer(std::int64_t layer, const TensorView& topk_ids) const {
   MOESTAT_CHECK(layout_.column_of(layer) >= 0,
@@ -246,8 +275,7 @@ void RouteRecorder::end_pass(std::span<const TokenSpan> batch) {
   // moved the rows, so a refused batch or a failed move leaves the table as it was.
   check_batch(batch);
   PassPlan plan = plan_rows(batch);
-  do_end_pass(plan.moves);
-  commit(plan);
+  commit(plan, do_end_pass(plan.moves));
   pass_open_ = false;
   ++tallies_.passes;
 }
@@ -273,7 +301,7 @@ void RouteRecorder::end_pass_slots(std::span<const std::int64_t> slots) {
     seen[std::size_t(slot)] = true;
     moves.push_back({std::int32_t(row), std::int32_t(slot)});
   }
-  do_end_pass(moves);
+  last_ticket_ = do_end_pass(moves);
   for (const RowMove& move : moves) {
     if (!slot_written_[std::size_t(move.store_row)]) ++slots_written_;
     slot_written_[std::size_t(move.store_row)] = true;
@@ -290,6 +318,7 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
   rows.reserve(slots.size());
   std::uint64_t placement_version = 0;
   std::string model;
+  PassTicket written_by = 0;
   {
     std::lock_guard lock(mutex_);
     for (std::int64_t slot : slots) {
@@ -299,12 +328,14 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
     }
     placement_version = placement_version_;
     model = model_;
+    written_by = last_ticket_;
   }
   RoutedExperts routes = RoutedExperts::unrecorded(layout_, std::move(request_id), first_position,
                                                    std::int64_t(rows.size()));
   routes.model = std::move(model);
   routes.placement_version = placement_version;
-  if (!rows.empty()) do_read_rows(rows, routes.ids.data.data(), routes.valid.data.data());
+  const ReadTarget target{0, rows.size(), routes.ids.data.data(), routes.valid.data.data()};
+  if (!rows.empty()) do_read_rows(rows, {&target, 1}, written_by);
   return routes;
 }
 
@@ -346,6 +377,7 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
   std::vector<std::int32_t> rows;  // every request's, one after another
   std::uint64_t placement_version = 0;
   std::string model;
+  PassTicket written_by = 0;
   {
     std::lock_guard lock(mutex_);
     for (std::string_view request_id : request_ids) {
@@ -361,6 +393,7 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
       for (const HeldRow& held : request.rows) {
         rows[taken.first_row + std::size_t(held.position - taken.first_position)] = held.row;
       }
+      written_by = std::max(written_by, request.written_by);
       request.rows = {};  // its memory too: a request holds memory only while it holds rows
       request.first_position = request.end;
       request.gap_positions = 0;
@@ -386,24 +419,14 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
       routes.back().model = model;
       routes.back().placement_version = placement_version;
     }
-    if (routes.size() == 1 && !rows.empty()) {
-      do_read_rows(rows, routes.front().ids.data.data(), routes.front().valid.data.data());
-    } else if (!rows.empty()) {
-      const auto columns = std::size_t(layout_.num_columns());
-      const std::size_t row_bytes =
-          columns * std::size_t(layout_.top_k) * dtype_size(layout_.id_dtype());
-      std::vector<std::byte> ids(rows.size() * row_bytes);
-      std::vector<std::byte> valid(rows.size() * columns);
-      do_read_rows(rows, ids.data(), valid.data());
-      for (std::size_t i = 0; i < routes.size(); ++i) {
-        const std::size_t first = detached[i].first_row;
-        const auto count = std::size_t(detached[i].num_tokens);
-        std::copy_n(ids.begin() + std::ptrdiff_t(first * row_bytes), count * row_bytes,
-                    routes[i].ids.data.begin());
-        std::copy_n(valid.begin() + std::ptrdiff_t(first * columns), count * columns,
-                    routes[i].valid.data.begin());
-      }
+    std::vector<ReadTarget> targets;
+    targets.reserve(routes.size());
+    for (std::size_t i = 0; i < routes.size(); ++i) {
+      if (detached[i].num_tokens == 0) continue;
+      targets.push_back({detached[i].first_row, std::size_t(detached[i].num_tokens),
+                         routes[i].ids.data.data(), routes[i].valid.data.data()});
     }
+    if (!rows.empty()) do_read_rows(rows, targets, written_by);
   } catch (...) {
     release_rows();
     throw;

@@ -188,19 +188,32 @@ class RouteRecorder {
     std::int32_t store_row;
   };
 
+  /// A pass as its backend counts them, which do_read_rows waits for: 0 names none.
+  using PassTicket = std::uint64_t;
+  /// Where rows [first, first + count) of a read go: `ids` [count, C, K] of the id dtype and
+  /// `valid` [count, C]. A read's targets cover its rows in order.
+  struct ReadTarget {
+    std::size_t first;
+    std::size_t count;
+    std::byte* ids;
+    std::byte* valid;
+  };
+
   virtual void do_begin_pass() = 0;
   /// Called from several threads at once where the engine's hooks are; never while a pass
   /// opens or ends.
   virtual void do_record(std::span<const ColumnIds> layers) = 0;
   /// Moves each batch row's scratch into its store row (valid where the pass wrote it) and
-  /// tallies the moved rows' invalid ids, then forgets the pass's scratch.
-  virtual void do_end_pass(std::span<const RowMove> moves) = 0;
+  /// tallies the moved rows' invalid ids, then forgets the pass's scratch. Returns the pass's
+  /// ticket, or 0 where reads never wait (the CPU backend moves the rows before returning).
+  virtual PassTicket do_end_pass(std::span<const RowMove> moves) = 0;
   /// Forgets the pass's scratch.
   virtual void do_abort_pass() = 0;
-  /// Copies store rows into `ids` ([n, C, K] of the id dtype) and `valid` ([n, C]); row -1
-  /// leaves zeros. Waits for the passes that wrote them. Called without the table lock.
-  virtual void do_read_rows(std::span<const std::int32_t> rows, std::byte* ids,
-                            std::byte* valid) = 0;
+  /// Copies store rows `rows` into `targets`, which start zeroed; row -1 leaves zeros. Waits for
+  /// the pass `written_by` and those before it, which wrote the rows, and for no later pass (an
+  /// engine takes a finished request while its next pass runs). Called without the table lock.
+  virtual void do_read_rows(std::span<const std::int32_t> rows, std::span<const ReadTarget> targets,
+                            PassTicket written_by) = 0;
   /// `physical_to_logical`: [C, P] for the layout's columns.
   virtual void do_set_placement(std::span<const std::int32_t> physical_to_logical) = 0;
   virtual BackendTallies do_backend_tallies() const = 0;
@@ -210,6 +223,10 @@ class RouteRecorder {
   /// Whether a layer hook may run with no pass open on the host (a CUDA stream being
   /// captured: the kernels run at replay, reading the rows of the pass open then).
   virtual bool accepts_hooks_outside_pass() const { return false; }
+  /// Copies rows [first, first + count) of a read, laid out one after another at `ids` and
+  /// `valid`, to where `targets` put them.
+  void copy_to_targets(std::span<const ReadTarget> targets, std::size_t first, std::size_t count,
+                       const std::byte* ids, const std::byte* valid) const noexcept;
 
  private:
   struct HeldRow {
@@ -224,6 +241,7 @@ class RouteRecorder {
     std::vector<HeldRow> rows;        ///< By position.
     std::int64_t end = 0;             ///< One past the last position an ended pass routed.
     std::int64_t gap_positions = 0;   ///< Positions in [first_position, end) no pass routed.
+    PassTicket written_by = 0;        ///< The last pass that moved one of its rows.
   };
   /// What end_pass(batch) will change, worked out before anything changes.
   struct PassPlan;
@@ -235,7 +253,7 @@ class RouteRecorder {
   static std::int64_t gap_before(const RequestRows& request, const TokenSpan& span) noexcept;
   /// The store row holding `position` of `request`; -1: none.
   static std::int32_t held_row(const RequestRows& request, std::int64_t position);
-  void commit(PassPlan& plan) noexcept;
+  void commit(PassPlan& plan, PassTicket ticket) noexcept;
   void release(std::int32_t row);
   /// A request's rows detached from the table by take(), to be read.
   struct Detached {
@@ -284,6 +302,7 @@ class RouteRecorder {
   std::vector<std::int32_t> free_rows_;  // handed out from the back
   std::vector<bool> slot_written_;       // slot keys: which slots hold a row
   std::int64_t slots_written_ = 0;
+  PassTicket last_ticket_ = 0;  // slot keys: the last ended pass's
   RouteTallies tallies_;
   std::uint64_t placement_version_ = 0;
   std::string model_;
