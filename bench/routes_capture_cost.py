@@ -12,10 +12,15 @@ host does around one replay, then the replay; the clock stops after the GPU has 
 - bare: the routers' graph, nothing recorded;
 - moestat: a CudaRouteRecorder; one record_topk_layers launch at the graph's end records
   every router's ids; around each replay begin_pass() and end_pass(batch) with the batch's
-  requests and positions (one kernel); every 64 steps take_many() hands every request's rows
-  out, as an engine hands finished requests to the trainer;
-- moestat, take each: the same, every request's rows taken by a take() of its own, as before
-  take_many() existed (one copy and one wait per request);
+  requests and positions (one kernel); every 64 steps every request's rows are handed out in
+  one read, as an engine hands finished requests to the trainer. When, --pattern says:
+  - finish (the default): every 64 steps the batch's requests finish and new ones take their
+    rows; finish_many() hands the finished ones out after the next step is queued, as an
+    engine's overlap scheduler handles a step's results while the next step runs;
+  - take: the same requests decode throughout, and take_many() hands their rows out right
+    after the step that wrote the last of them (the GPU's queue is empty while it reads);
+- moestat, take each: the same, every request's rows taken by a take() (finish()) of its
+  own, as before take_many() existed (one copy and one wait per request);
 - SGLang-style: what SGLang 0.5.23's routed-experts capturer does: every router writes
   ``device_cache[:n, layer, :] = topk_ids`` inside the graph; after each replay the rows are
   cloned and copied to pinned host memory (non-blocking), and the previous step's rows are
@@ -24,12 +29,15 @@ host does around one replay, then the replay; the clock stops after the GPU has 
 Printed per batch: the bare step (us), what each capture adds per step and per layer (median
 over rounds, with the smallest and largest), and SGLang-style / moestat. Every request's rows
 are checked complete after the run: a capture that is fast because it records nothing fails.
+--breakdown then prints where moestat's GPU time goes: each of its kernels and copies, per
+step, from torch.profiler over one round.
 
     python bench/routes_capture_cost.py --json bench/results/routes_capture_cost_h100.json
     python bench/routes_capture_cost.py --batches 1 64 --rounds 3        (a quick look)
 """
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -53,6 +61,10 @@ def parse_arguments():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--steps", type=int, default=256, help="steps timed per round")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--pattern", choices=("finish", "take"), default="finish",
+                        help="when moestat's rows are handed out (above; default: finish)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also print moestat's GPU time per step by kernel and copy")
     parser.add_argument("--json", help="write the rounds and the table's numbers here")
     return parser.parse_args()
 
@@ -74,33 +86,56 @@ class MoestatCapture:
         topology = moestat.ModelTopology.uniform(arguments.layers, arguments.experts,
                                                  arguments.top_k)
         self.take_each = take_each
+        self.finishing = arguments.pattern == "finish"
         self.recorder = moestat.CudaRouteRecorder(topology, max_tokens_per_pass=batch,
                                                   capacity_tokens=batch * 2 * TAKE_EVERY)
         self.layers = list(range(arguments.layers))
-        self.requests = [f"request-{b}" for b in range(batch)]
-        self.position = 0
+        self.batch = batch
         self.steps = 0
         self.rows_taken = 0
+        self.finished = []
 
     def in_graph(self, ids):
         self.recorder.set_stream(torch.cuda.current_stream().cuda_stream)
         self.recorder.record_topk_layers(self.layers, [to_dlpack(layer_ids) for layer_ids in ids])
 
+    def requests(self):
+        generation = self.steps // TAKE_EVERY if self.finishing else 0
+        return [f"request-{generation}-{b}" for b in range(self.batch)]
+
     def around(self, replay):
+        requests = self.requests()
+        position = self.steps % TAKE_EVERY if self.finishing else self.steps
         self.recorder.begin_pass()
         replay()
-        self.recorder.end_pass([(request, self.position, 1) for request in self.requests])
-        self.position += 1
+        self.recorder.end_pass([(request, position, 1) for request in requests])
+        # The requests that finished with the step before this one, handed out while this
+        # one runs.
+        self.hand_out(self.finished)
+        self.finished = []
         self.steps += 1
         if self.steps % TAKE_EVERY == 0:
-            self.take()
+            if self.finishing:
+                self.finished = requests
+            else:
+                self.hand_out(requests)
 
-    def take(self):
-        taken = ([self.recorder.take(request) for request in self.requests] if self.take_each
-                 else self.recorder.take_many(self.requests))
+    def hand_out(self, requests):
+        if not requests:
+            return
+        read_one = self.recorder.finish if self.finishing else self.recorder.take
+        read_many = self.recorder.finish_many if self.finishing else self.recorder.take_many
+        taken = ([read_one(request) for request in requests] if self.take_each
+                 else read_many(requests))
         for routes in taken:
             assert routes.complete, f"{routes.request_id}: rows not recorded"
             self.rows_taken += routes.num_tokens
+
+    def flush(self):
+        """Hands out what the last steps wrote: the rows of the requests still decoding."""
+        self.hand_out(self.finished)
+        self.finished = []
+        self.hand_out(self.requests())
 
 
 class SglangStyleCapture(SglangStyleRoutes):
@@ -159,16 +194,33 @@ def measure(arguments, batch):
             rounds[variant].append(microseconds_per_step(steps[variant], arguments.steps))
     captures["sglang-style"].finalize()
     checks = []
+    breakdown = gpu_time_by_kernel(steps["moestat"], arguments.steps) if arguments.breakdown else {}
     for variant in ("moestat", "moestat, take each"):
         capture = captures[variant]
-        capture.take()
+        capture.flush()
         tallies = capture.recorder.tallies()
         expected = batch * capture.steps
         if (capture.rows_taken != expected or tallies["invalid_ids"] != 0
                 or tallies["layers_written_twice"] != 0):
             checks.append(f"{variant} WRONG: {capture.rows_taken} rows taken of {expected}, "
                           f"{tallies}")
-    return {"rounds_us": rounds, "check": "; ".join(checks) or "ok"}
+    return {"rounds_us": rounds, "breakdown_us": breakdown, "check": "; ".join(checks) or "ok"}
+
+
+def gpu_time_by_kernel(step, steps):
+    """moestat's kernels and copies over `steps` steps, in GPU microseconds per step; the
+    routers' own kernels (topk, the int32 conversion) are left out."""
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
+        microseconds_per_step(step, steps)
+    times = {}
+    for event in profile.key_averages():
+        name = event.key
+        if "route" in name or "Memcpy" in name or "memcpy" in name:
+            kernel = re.search(r"\w+_kernel", name)
+            short = kernel.group(0) if kernel else name
+            times[short] = times.get(short, 0.0) + event.device_time_total / steps
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
 
 
 def added(result, variant):
@@ -201,12 +253,18 @@ def main():
         print("routes_capture_cost: no CUDA device", file=sys.stderr)
         return 2
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {arguments.layers} "
-          f"layers, {arguments.experts} experts, top-{arguments.top_k}", flush=True)
+          f"layers, {arguments.experts} experts, top-{arguments.top_k}, pattern "
+          f"{arguments.pattern}", flush=True)
     results = {}
     for batch in arguments.batches:
         results[batch] = measure(arguments, batch)
         print(f"batch {batch}: {results[batch]['check']}", flush=True)
     print(table(results, arguments.layers))
+    if arguments.breakdown:
+        print(f"\nmoestat's GPU time per step (us), pattern {arguments.pattern}:")
+        for batch, result in results.items():
+            parts = ", ".join(f"{name} {us:.2f}" for name, us in result["breakdown_us"].items())
+            print(f"batch {batch}: {parts}")
     if arguments.json:
         with open(arguments.json, "w") as out:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -7,6 +7,7 @@ test_sglang_differences.py asserts the difference.
 """
 
 import dataclasses
+import os
 import types
 
 import numpy as np
@@ -198,6 +199,14 @@ MULTI_RANK = [
 ]
 
 
+# Ranks over gloo run on the CPU alone: the CPU suite (ctest) runs them, and the GPU machine's
+# suite (tests/engines/run_gpu_tests.sh sets MOESTAT_GPU_SUITE) says so instead of repeating them.
+cpu_ranks = pytest.mark.skipif(
+    os.environ.get("MOESTAT_GPU_SUITE") == "1",
+    reason="gloo ranks on the CPU only: the CPU suite runs them, not the GPU machine's")
+
+
+@cpu_ranks
 @pytest.mark.parametrize("world_size,setup", MULTI_RANK,
                          ids=[f"{w}ranks-{setup_id(s)}" for w, s in MULTI_RANK])
 def test_ranks_over_gloo_dump_what_sglang_dumps(world_size, setup, tmp_path):
@@ -206,6 +215,7 @@ def test_ranks_over_gloo_dump_what_sglang_dumps(world_size, setup, tmp_path):
         nprocs=world_size)
 
 
+@cpu_ranks
 def test_tensor_parallel_ranks_count_their_shared_tokens_once(tmp_path):
     setup = Setup("stat", buffer_size=4, num_physical=8)
     torch.multiprocessing.spawn(

@@ -37,10 +37,15 @@ tail -n 3 "$out/gpu_tests.log"
 grep -E "^\[  FAILED" "$out/gpu_tests.log"
 
 if [[ ${BENCH:-1} == 1 ]]; then
-  echo "== capture cost alone, on a graph of routers"
-  (cd bench && python3 routes_capture_cost.py --json "$out/routes_capture_cost.json" \
-    ${CAPTURE_ARGS:-}) 2>&1 | tee "$out/routes_capture_cost.log" | tail -n 8
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  # Both patterns of handing rows out: requests finishing while the next step runs, and
+  # takes right after the step that wrote them; each with its GPU time by kernel.
+  for pattern in finish take; do
+    echo "== capture cost alone, on a graph of routers (pattern $pattern)"
+    (cd bench && python3 routes_capture_cost.py --pattern "$pattern" --breakdown \
+      --json "$out/routes_capture_cost_$pattern.json" ${CAPTURE_ARGS:-}) 2>&1 |
+      tee "$out/routes_capture_cost_$pattern.log" | tail -n 14
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  done
 fi
 if [[ ${BENCH:-1} == 1 && ${STEP_BENCH:-1} == 1 ]]; then
   echo "== capture cost on a decode step"
