@@ -539,6 +539,24 @@ class RouteLayout:
 
     def __repr__(self) -> str: ...
 
+class PendingSlots:
+    """
+    Slot keys: a pass ended by end_pass_pending(), whose rows wait for commit_slots() or release_pending().
+    """
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def num_tokens(self) -> int:
+        """Slots commit_slots() takes."""
+
+    @property
+    def tokens_without_room(self) -> int:
+        """Of them, tokens given no row: their slots will read as not recorded."""
+
+    def __repr__(self) -> str: ...
+
 class RoutedExperts:
     """
     The routes of tokens [first_position, first_position + num_tokens) of one request: per token and MoE layer, the top_k logical expert ids, and whether they were recorded.
@@ -625,6 +643,26 @@ class RouteRecorder:
         Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded).
         """
 
+    def end_pass_pending(self, first_row: int, num_tokens: int) -> PendingSlots:
+        """
+        Slot keys: closes the pass; batch rows [first_row, first_row + num_tokens) go to rows of their own until commit_slots() gives them their slots (SGLang's overlap scheduler knows a forward's KV slots only after the next forward is launched).
+        """
+
+    def commit_slots(self, pending: PendingSlots, slots: Sequence[int]) -> dict:
+        """
+        Slot keys: the pending pass's token t now holds slot slots[t]; the rows the slots held are freed. Slots outside [0, num_slots) and all but the last token naming a slot are not committed: {'slots_out_of_range': n, 'slots_repeated': n}.
+        """
+
+    def release_pending(self, pending: PendingSlots) -> bool:
+        """
+        Slot keys: frees a pending pass's rows (a forward the engine dropped); False when it was committed or released already.
+        """
+
+    def clear_slots(self, slots: Sequence[int]) -> int:
+        """
+        Slot keys: `slots` now read as not recorded (their tokens' routes were lost), never as their previous tokens; returns how many were outside [0, num_slots).
+        """
+
     def read_slots(self, slots: Sequence[int], request_id: str = '', first_position: int = 0) -> RoutedExperts:
         """
         Slot keys: the rows of `slots` in order (-1 or never written: not valid).
@@ -679,14 +717,14 @@ class RouteRecorder:
 class CpuRouteRecorder(RouteRecorder):
     """The route recorder for host arrays."""
 
-    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests') -> None: ...
+    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests', num_slots: int = 0) -> None: ...
 
 class CudaRouteRecorder(RouteRecorder):
     """
     The route recorder for CUDA arrays, on the current device: layer hooks only enqueue a kernel (capturable in a CUDA graph); begin_pass/end_pass run on the host around replays.
     """
 
-    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests') -> None: ...
+    def __init__(self, topology: ModelTopology, *, max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, keys: str = 'requests', num_slots: int = 0) -> None: ...
 
     def set_stream(self, stream: int) -> None:
         """

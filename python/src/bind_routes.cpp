@@ -139,7 +139,7 @@ std::vector<routes::TokenSpan> batch_argument(nb::handle value) {
 
 routes::RouteRecorderOptions route_options(nb::handle max_tokens_per_pass,
                                            nb::handle capacity_tokens, nb::handle keys,
-                                           const char* function) {
+                                           nb::handle num_slots, const char* function) {
   routes::RouteRecorderOptions options;
   const auto key_name =
       value_argument<std::string>(keys, function, "keys", "'requests' or 'slots'");
@@ -151,6 +151,7 @@ routes::RouteRecorderOptions route_options(nb::handle max_tokens_per_pass,
       integer_argument<std::int64_t>(max_tokens_per_pass, function, "max_tokens_per_pass");
   options.capacity_tokens =
       integer_argument<std::int64_t>(capacity_tokens, function, "capacity_tokens");
+  options.num_slots = integer_argument<std::int64_t>(num_slots, function, "num_slots");
   return options;
 }
 
@@ -162,16 +163,18 @@ nb::class_<Backend, RouteRecorder> add_route_recorder(nb::module_& module, const
       .def(
           "__init__",
           [name](Backend* self, nb::handle topology, nb::handle max_tokens_per_pass,
-                 nb::handle capacity_tokens, nb::handle keys) {
-            new (self) Backend(instance_argument<ModelTopology>(topology, name, "topology",
-                                                                "a moestat.ModelTopology"),
-                               route_options(max_tokens_per_pass, capacity_tokens, keys, name));
+                 nb::handle capacity_tokens, nb::handle keys, nb::handle num_slots) {
+            new (self)
+                Backend(instance_argument<ModelTopology>(topology, name, "topology",
+                                                         "a moestat.ModelTopology"),
+                        route_options(max_tokens_per_pass, capacity_tokens, keys, num_slots, name));
           },
           "topology"_a.none(), nb::kw_only(), "max_tokens_per_pass"_a.none() = 8192,
           "capacity_tokens"_a.none() = 65536, "keys"_a.none() = "requests",
+          "num_slots"_a.none() = 0,
           nb::sig("def __init__(self, topology: moestat._core.ModelTopology, *, "
                   "max_tokens_per_pass: int = 8192, capacity_tokens: int = 65536, "
-                  "keys: str = 'requests') -> None"));
+                  "keys: str = 'requests', num_slots: int = 0) -> None"));
 }
 
 nb::dict tallies_dict(const routes::RouteTallies& tallies) {
@@ -183,6 +186,7 @@ nb::dict tallies_dict(const routes::RouteTallies& tallies) {
   out["invalid_ids"] = tallies.invalid_ids;
   out["layers_written_twice"] = tallies.layers_written_twice;
   out["tokens_held"] = tallies.tokens_held;
+  out["tokens_pending"] = tallies.tokens_pending;
   return out;
 }
 
@@ -226,6 +230,19 @@ void bind_routes(nb::module_& module) {
             "top_k={})",
             layout.num_decoder_layers, fmt::join(layout.layers, ", "), layout.num_experts,
             layout.top_k);
+      });
+
+  nb::class_<routes::PendingSlots>(
+      module, "PendingSlots",
+      "Slot keys: a pass ended by end_pass_pending(), whose rows wait for commit_slots() or "
+      "release_pending().")
+      .def_ro("id", &routes::PendingSlots::id)
+      .def_ro("num_tokens", &routes::PendingSlots::num_tokens, "Slots commit_slots() takes.")
+      .def_ro("tokens_without_room", &routes::PendingSlots::tokens_without_room,
+              "Of them, tokens given no row: their slots will read as not recorded.")
+      .def("__repr__", [](const routes::PendingSlots& pending) {
+        return fmt::format("PendingSlots(id={}, num_tokens={}, tokens_without_room={})", pending.id,
+                           pending.num_tokens, pending.tokens_without_room);
       });
 
   nb::class_<RoutedExperts>(
@@ -339,6 +356,47 @@ void bind_routes(nb::module_& module) {
           },
           "slots"_a,
           "Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded).")
+      .def(
+          "end_pass_pending",
+          [](RouteRecorder& recorder, std::int64_t first_row, std::int64_t num_tokens) {
+            nb::gil_scoped_release unlocked;
+            return recorder.end_pass_pending(first_row, num_tokens);
+          },
+          "first_row"_a, "num_tokens"_a,
+          "Slot keys: closes the pass; batch rows [first_row, first_row + num_tokens) go to rows "
+          "of their own until commit_slots() gives them their slots (SGLang's overlap "
+          "scheduler knows a forward's KV slots only after the next forward is launched).")
+      .def(
+          "commit_slots",
+          [](RouteRecorder& recorder, const routes::PendingSlots& pending,
+             const std::vector<std::int64_t>& slots) {
+            routes::SlotCommit committed;
+            {
+              nb::gil_scoped_release unlocked;
+              committed = recorder.commit_slots(pending, slots);
+            }
+            nb::dict out;
+            out["slots_out_of_range"] = committed.slots_out_of_range;
+            out["slots_repeated"] = committed.slots_repeated;
+            return out;
+          },
+          "pending"_a, "slots"_a,
+          "Slot keys: the pending pass's token t now holds slot slots[t]; the rows the slots "
+          "held are freed. Slots outside [0, num_slots) and all but the last token naming a slot "
+          "are not committed: {'slots_out_of_range': n, 'slots_repeated': n}.")
+      .def("release_pending", &RouteRecorder::release_pending, "pending"_a,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Slot keys: frees a pending pass's rows (a forward the engine dropped); False when it "
+           "was committed or released already.")
+      .def(
+          "clear_slots",
+          [](RouteRecorder& recorder, const std::vector<std::int64_t>& slots) {
+            nb::gil_scoped_release unlocked;
+            return recorder.clear_slots(slots);
+          },
+          "slots"_a,
+          "Slot keys: `slots` now read as not recorded (their tokens' routes were lost), never "
+          "as their previous tokens; returns how many were outside [0, num_slots).")
       .def(
           "read_slots",
           [](RouteRecorder& recorder, const std::vector<std::int64_t>& slots,

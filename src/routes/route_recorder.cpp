@@ -5,6 +5,7 @@
 #include <moestat/error.hpp>
 #include <moestat/routes/route_recorder.hpp>
 #include <numeric>
+#include <unordered_set>
 
 namespace moestat::routes {
 
@@ -16,8 +17,10 @@ RouteRecorder::RouteRecorder(ModelTopology topology, RouteRecorderOptions option
   MOESTAT_CHECK(options_.capacity_tokens >= 1 && options_.capacity_tokens <= (1 << 30),
                 "route recorder: capacity_tokens {} outside [1, 2^30]", options_.capacity_tokens);
   if (options_.keys == RouteKeys::kSlots) {
-    slot_written_.assign(std::size_t(options_.capacity_tokens), false);
-    return;
+    MOESTAT_CHECK(options_.num_slots >= 0 && options_.num_slots <= options_.capacity_tokens,
+                  "route recorder: num_slots {} outside [0, capacity_tokens ({})]",
+                  options_.num_slots, options_.capacity_tokens);
+    slot_rows_.assign(std::size_t(num_slots()), -1);
   }
   free_rows_.resize(std::size_t(options_.capacity_tokens));
   // Lowest rows are handed out first (from the back), which keeps a small recording compact.
@@ -28,6 +31,10 @@ void RouteRecorder::require_keys(RouteKeys keys, const char* call) const {
   MOESTAT_CHECK(options_.keys == keys, "route recorder: {} needs {} keys; this recorder keys {}",
                 call, keys == RouteKeys::kSlots ? "slot" : "request-position",
                 options_.keys == RouteKeys::kSlots ? "slots" : "requests and positions");
+}
+
+std::int64_t RouteRecorder::num_slots() const noexcept {
+  return options_.num_slots > 0 ? options_.num_slots : options_.capacity_tokens;
 }
 
 std::int64_t RouteRecorder::capacity_bytes() const noexcept {
@@ -290,25 +297,144 @@ void RouteRecorder::end_pass_slots(std::span<const std::int64_t> slots) {
   std::lock_guard lock(mutex_);
   MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
   std::vector<RowMove> moves;
-  std::vector<bool> seen(std::size_t(options_.capacity_tokens), false);
+  std::vector<std::int64_t> given;  // the slot of each move
+  std::vector<bool> seen(std::size_t(num_slots()), false);
+  std::size_t rows_used = 0;  // from the back of free_rows_
+  std::int64_t without_room = 0;
   for (std::size_t row = 0; row < slots.size(); ++row) {
     const std::int64_t slot = slots[row];
     if (slot == -1) continue;
-    MOESTAT_CHECK(slot >= 0 && slot < options_.capacity_tokens,
-                  "route recorder: batch row {}'s slot {} outside [0, {})", row, slot,
-                  options_.capacity_tokens);
+    MOESTAT_CHECK(slot >= 0 && slot < num_slots(),
+                  "route recorder: batch row {}'s slot {} outside [0, {})", row, slot, num_slots());
     MOESTAT_CHECK(!seen[std::size_t(slot)], "route recorder: slot {} twice in one pass", slot);
     seen[std::size_t(slot)] = true;
-    moves.push_back({std::int32_t(row), std::int32_t(slot)});
+    // A slot written again keeps its row, which the pass overwrites.
+    std::int32_t store_row = slot_rows_[std::size_t(slot)];
+    if (store_row < 0) {
+      if (rows_used == free_rows_.size()) {
+        ++without_room;
+        continue;
+      }
+      store_row = free_rows_[free_rows_.size() - 1 - rows_used++];
+    }
+    moves.push_back({std::int32_t(row), store_row});
+    given.push_back(slot);
   }
   last_ticket_ = do_end_pass(moves);
-  for (const RowMove& move : moves) {
-    if (!slot_written_[std::size_t(move.store_row)]) ++slots_written_;
-    slot_written_[std::size_t(move.store_row)] = true;
+  free_rows_.resize(free_rows_.size() - rows_used);
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    std::int32_t& held = slot_rows_[std::size_t(given[i])];
+    if (held < 0) ++slots_written_;
+    held = moves[i].store_row;
   }
   tallies_.tokens_recorded += std::int64_t(moves.size());
+  tallies_.tokens_without_room += without_room;
   pass_open_ = false;
   ++tallies_.passes;
+}
+
+PendingSlots RouteRecorder::end_pass_pending(std::int64_t first_row, std::int64_t num_tokens) {
+  require_keys(RouteKeys::kSlots, "end_pass_pending");
+  check_pass_control("end_pass");
+  MOESTAT_CHECK(
+      first_row >= 0 && num_tokens >= 0 && num_tokens <= options_.max_tokens_per_pass - first_row,
+      "route recorder: batch rows [{}, {}) pass max_tokens_per_pass ({})", first_row,
+      first_row + num_tokens, options_.max_tokens_per_pass);
+  std::unique_lock pass(pass_mutex_);
+  std::lock_guard lock(mutex_);
+  MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
+  // Bounds what an engine that never commits can make the table hold.
+  MOESTAT_CHECK(pending_.size() < std::size_t(kMaxPendingPasses),
+                "route recorder: {} passes wait for commit_slots() or release_pending(); commit "
+                "or release them first",
+                pending_.size());
+  const auto given =
+      std::size_t(std::min<std::int64_t>(num_tokens, std::int64_t(free_rows_.size())));
+  PendingRows pending{num_tokens, {}};
+  pending.rows.reserve(given);
+  std::vector<RowMove> moves;
+  moves.reserve(given);
+  for (std::size_t i = 0; i < given; ++i) {
+    pending.rows.push_back(free_rows_[free_rows_.size() - 1 - i]);
+    moves.push_back({std::int32_t(first_row + std::int64_t(i)), pending.rows.back()});
+  }
+  last_ticket_ = do_end_pass(moves);
+  free_rows_.resize(free_rows_.size() - given);
+  const std::uint64_t id = next_pending_id_++;
+  pending_.emplace(id, std::move(pending));
+  pending_rows_ += std::int64_t(given);
+  tallies_.tokens_recorded += std::int64_t(given);
+  tallies_.tokens_without_room += num_tokens - std::int64_t(given);
+  pass_open_ = false;
+  ++tallies_.passes;
+  return {id, num_tokens, num_tokens - std::int64_t(given)};
+}
+
+SlotCommit RouteRecorder::commit_slots(const PendingSlots& pending,
+                                       std::span<const std::int64_t> slots) {
+  require_keys(RouteKeys::kSlots, "commit_slots");
+  std::lock_guard lock(mutex_);
+  const auto found = pending_.find(pending.id);
+  MOESTAT_CHECK(found != pending_.end(),
+                "route recorder: pending pass {} was committed or released already", pending.id);
+  const PendingRows& rows = found->second;
+  MOESTAT_CHECK(std::int64_t(slots.size()) == rows.num_tokens,
+                "route recorder: {} slots for pending pass {}'s {} tokens", slots.size(),
+                pending.id, rows.num_tokens);
+  SlotCommit out;
+  std::unordered_set<std::int64_t> committed;
+  committed.reserve(slots.size());
+  // From the last token: the last to name a slot holds it.
+  for (std::size_t i = slots.size(); i-- > 0;) {
+    const std::int32_t row = i < rows.rows.size() ? rows.rows[i] : -1;
+    const std::int64_t slot = slots[i];
+    const bool inside = slot >= 0 && slot < num_slots();
+    if (!inside || !committed.insert(slot).second) {
+      ++(inside ? out.slots_repeated : out.slots_out_of_range);
+      if (row >= 0) release_slot_row(row);
+      continue;
+    }
+    std::int32_t& held = slot_rows_[std::size_t(slot)];
+    if (held >= 0) release_slot_row(held);
+    slots_written_ += std::int64_t(row >= 0) - std::int64_t(held >= 0);
+    held = row;
+  }
+  pending_rows_ -= std::int64_t(rows.rows.size());
+  pending_.erase(found);
+  return out;
+}
+
+bool RouteRecorder::release_pending(const PendingSlots& pending) {
+  require_keys(RouteKeys::kSlots, "release_pending");
+  std::lock_guard lock(mutex_);
+  const auto found = pending_.find(pending.id);
+  if (found == pending_.end()) return false;
+  for (std::int32_t row : found->second.rows) release_slot_row(row);
+  pending_rows_ -= std::int64_t(found->second.rows.size());
+  pending_.erase(found);
+  return true;
+}
+
+std::int64_t RouteRecorder::clear_slots(std::span<const std::int64_t> slots) {
+  require_keys(RouteKeys::kSlots, "clear_slots");
+  std::lock_guard lock(mutex_);
+  std::int64_t outside = 0;
+  for (std::int64_t slot : slots) {
+    if (slot < 0 || slot >= num_slots()) {
+      ++outside;
+      continue;
+    }
+    std::int32_t& held = slot_rows_[std::size_t(slot)];
+    if (held < 0) continue;
+    release_slot_row(held);
+    held = -1;
+    --slots_written_;
+  }
+  return outside;
+}
+
+void RouteRecorder::release_slot_row(std::int32_t row) {
+  (reads_in_flight_ > 0 ? retired_rows_ : free_rows_).push_back(row);
 }
 
 RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std::string request_id,
@@ -322,21 +448,36 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
   {
     std::lock_guard lock(mutex_);
     for (std::int64_t slot : slots) {
-      MOESTAT_CHECK(slot >= -1 && slot < options_.capacity_tokens,
-                    "route recorder: slot {} outside [0, {})", slot, options_.capacity_tokens);
-      rows.push_back(slot >= 0 && slot_written_[std::size_t(slot)] ? std::int32_t(slot) : -1);
+      MOESTAT_CHECK(slot >= -1 && slot < num_slots(), "route recorder: slot {} outside [0, {})",
+                    slot, num_slots());
+      rows.push_back(slot >= 0 ? slot_rows_[std::size_t(slot)] : -1);
     }
     placement_version = placement_version_;
     model = model_;
     written_by = last_ticket_;
+    ++reads_in_flight_;
   }
-  RoutedExperts routes = RoutedExperts::unrecorded(layout_, std::move(request_id), first_position,
-                                                   std::int64_t(rows.size()));
-  routes.model = std::move(model);
-  routes.placement_version = placement_version;
-  const ReadTarget target{0, rows.size(), routes.ids.data.data(), routes.valid.data.data()};
-  if (!rows.empty()) do_read_rows(rows, {&target, 1}, written_by);
-  return routes;
+  // Rows a commit frees from now on wait in retired_rows_ until no read may be reading them.
+  const auto end_read = [this] {
+    std::lock_guard lock(mutex_);
+    if (--reads_in_flight_ == 0) {
+      free_rows_.insert(free_rows_.end(), retired_rows_.begin(), retired_rows_.end());
+      retired_rows_.clear();
+    }
+  };
+  try {
+    RoutedExperts routes = RoutedExperts::unrecorded(layout_, std::move(request_id), first_position,
+                                                     std::int64_t(rows.size()));
+    routes.model = std::move(model);
+    routes.placement_version = placement_version;
+    const ReadTarget target{0, rows.size(), routes.ids.data.data(), routes.valid.data.data()};
+    if (!rows.empty()) do_read_rows(rows, {&target, 1}, written_by);
+    end_read();
+    return routes;
+  } catch (...) {
+    end_read();
+    throw;
+  }
 }
 
 void RouteRecorder::abort_pass() {
@@ -475,6 +616,7 @@ RouteTallies RouteRecorder::tallies() const {
   const BackendTallies backend = do_backend_tallies();
   out.invalid_ids = backend.invalid_ids;
   out.layers_written_twice = backend.layers_written_twice;
+  out.tokens_pending = pending_rows_;
   out.tokens_held = options_.keys == RouteKeys::kSlots
                         ? slots_written_
                         : options_.capacity_tokens - std::int64_t(free_rows_.size());

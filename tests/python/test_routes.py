@@ -84,6 +84,30 @@ def test_slot_keys_read_rows_in_the_order_asked():
         recorder.take("r")
 
 
+def test_a_pending_pass_gets_its_slots_when_committed():
+    recorder = moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2),
+                                        max_tokens_per_pass=4, capacity_tokens=6, keys="slots",
+                                        num_slots=4)
+    recorder.begin_pass()
+    recorder.record_topk(0, np.array([[0, 1], [2, 3], [1, 2]], dtype=np.int32))
+    pending = recorder.end_pass_pending(1, 2)  # row 0 is another rank's
+    assert (pending.num_tokens, pending.tokens_without_room) == (2, 0)
+    assert recorder.tallies()["tokens_pending"] == 2
+    assert not recorder.read_slots([3]).valid.any()  # no slot yet
+    assert recorder.commit_slots(pending, [3, 9]) == {"slots_out_of_range": 1,
+                                                       "slots_repeated": 0}
+    np.testing.assert_array_equal(recorder.read_slots([3]).ids[0, 0], [2, 3])
+    assert not recorder.release_pending(pending)  # committed already
+    with pytest.raises(moestat.Error, match="committed or released already"):
+        recorder.commit_slots(pending, [0, 1])
+    assert recorder.clear_slots([3, -1]) == 1
+    assert not recorder.read_slots([3]).valid.any()
+    assert recorder.tallies()["tokens_held"] == 0
+    with pytest.raises(moestat.Error, match=r"num_slots 7 outside \[0, capacity_tokens \(6\)\]"):
+        moestat.CpuRouteRecorder(moestat.ModelTopology.uniform(1, 4, 2), capacity_tokens=6,
+                                 keys="slots", num_slots=7)
+
+
 def test_routed_experts_are_checked_and_round_trip_through_a_file(tmp_path):
     layout = moestat.RouteLayout(4, [1, 3], 300, 2)
     assert layout.id_dtype == np.uint16

@@ -460,6 +460,108 @@ TEST(RouteRecorder, SlotKeysReplaceASlotsRowAndReadInTheOrderAsked) {
   EXPECT_MOESTAT_ERROR(recorder.take("r"), "needs request-position keys");
 }
 
+/// A slot-keyed recorder of one layer (4 experts, top-2) over 4 slots and 6 rows: room for
+/// the slots and one pending pass of 2 tokens.
+struct PendingSlotsRecorder {
+  CpuRouteRecorder recorder{ModelTopology::uniform(1, 4, 2),
+                            {.max_tokens_per_pass = 4,
+                             .capacity_tokens = 6,
+                             .keys = routes::RouteKeys::kSlots,
+                             .num_slots = 4}};
+  /// A pass whose batch row t routes to experts {ids[t], ids[t] + 1 mod 4}, ended pending.
+  routes::PendingSlots pass(const std::vector<std::int32_t>& first_ids,
+                            std::int64_t first_row = 0) {
+    std::vector<std::int32_t> ids;
+    for (std::int32_t id : first_ids) ids.insert(ids.end(), {id, (id + 1) % 4});
+    const std::int64_t shape[] = {std::int64_t(first_ids.size()), 2};
+    recorder.begin_pass();
+    recorder.record_topk(0, TensorView::contiguous(ids.data(), DType::kInt32, shape));
+    return recorder.end_pass_pending(first_row, std::int64_t(first_ids.size()) - first_row);
+  }
+  /// Each slot's first expert, -1 where it reads as not recorded.
+  std::vector<std::int64_t> first_experts() {
+    const std::int64_t slots[] = {0, 1, 2, 3};
+    const RoutedExperts routes = recorder.read_slots(slots);
+    std::vector<std::int64_t> out;
+    for (std::int64_t t = 0; t < 4; ++t)
+      out.push_back(routes.is_valid(t, 0) ? routes.id(t, 0, 0) : -1);
+    return out;
+  }
+};
+
+TEST(RouteRecorder, APendingPassGetsItsSlotsWhenCommitted) {
+  PendingSlotsRecorder slots;
+  // Batch row 0 is another rank's: the pass's tokens are rows 1-3.
+  const routes::PendingSlots first = slots.pass({0, 1, 2, 3}, 1);
+  EXPECT_EQ(first.num_tokens, 3);
+  EXPECT_EQ(slots.first_experts(), (std::vector<std::int64_t>{-1, -1, -1, -1}));  // not yet
+  const std::int64_t where[] = {2, 0, 3};
+  const routes::SlotCommit committed = slots.recorder.commit_slots(first, where);
+  EXPECT_EQ(committed.slots_out_of_range + committed.slots_repeated, 0);
+  EXPECT_EQ(slots.first_experts(), (std::vector<std::int64_t>{2, -1, 1, 3}));
+  EXPECT_EQ(slots.recorder.tallies().tokens_held, 3);
+  EXPECT_MOESTAT_ERROR(slots.recorder.commit_slots(first, where), "committed or released already");
+  EXPECT_FALSE(slots.recorder.release_pending(first));
+}
+
+TEST(RouteRecorder, CommittedSlotsReplaceTheirRowsAndFreeThem) {
+  PendingSlotsRecorder slots;
+  const std::int64_t three[] = {0, 1, 2};
+  slots.recorder.commit_slots(slots.pass({1, 1, 1}), three);
+  // Two passes in flight before either commits (an overlap scheduler): 3 rows held, 2 + 1
+  // pending; the second pass's second token has no row.
+  const routes::PendingSlots second = slots.pass({3, 0});
+  const routes::PendingSlots third = slots.pass({2, 2});
+  EXPECT_EQ(second.tokens_without_room, 0);
+  EXPECT_EQ(third.tokens_without_room, 1);
+  EXPECT_EQ(slots.recorder.tallies().tokens_pending, 3);
+  // Slot 1 named twice: the later token holds it; slot 9 is outside.
+  const std::int64_t second_slots[] = {1, 1};
+  const routes::SlotCommit repeated = slots.recorder.commit_slots(second, second_slots);
+  EXPECT_EQ(repeated.slots_repeated, 1);
+  EXPECT_EQ(slots.first_experts(), (std::vector<std::int64_t>{1, 0, 1, -1}));
+  // A token with no row makes its slot read as not recorded, never as the slot's old token.
+  const std::int64_t third_slots[] = {9, 2};
+  EXPECT_EQ(slots.recorder.commit_slots(third, third_slots).slots_out_of_range, 1);
+  EXPECT_EQ(slots.first_experts(), (std::vector<std::int64_t>{1, 0, -1, -1}));
+  EXPECT_EQ(slots.recorder.tallies().tokens_held, 2);
+  EXPECT_EQ(slots.recorder.tallies().tokens_pending, 0);
+  // Slots whose tokens' routes were lost read as not recorded; 7 is outside.
+  const std::int64_t lost[] = {1, 7, 2};
+  EXPECT_EQ(slots.recorder.clear_slots(lost), 1);
+  EXPECT_EQ(slots.first_experts(), (std::vector<std::int64_t>{1, -1, -1, -1}));
+  EXPECT_EQ(slots.recorder.tallies().tokens_held, 1);
+  // Every freed row is free again: a pass of 4 tokens finds 4 rows.
+  const routes::PendingSlots all = slots.pass({0, 1, 2, 3});
+  EXPECT_EQ(all.tokens_without_room, 0);
+  EXPECT_TRUE(slots.recorder.release_pending(all));  // a dropped forward gives them back
+  EXPECT_EQ(slots.pass({0, 1, 2, 3}).tokens_without_room, 0);
+}
+
+TEST(RouteRecorder, PendingPassesAreRefusedWhatTheyCannotHold) {
+  PendingSlotsRecorder slots;
+  const routes::PendingSlots pending = slots.pass({0, 1});
+  const std::int64_t one[] = {0};
+  EXPECT_MOESTAT_ERROR(slots.recorder.commit_slots(pending, one),
+                       "1 slots for pending pass 1's 2 tokens");
+  slots.recorder.begin_pass();
+  EXPECT_MOESTAT_ERROR(slots.recorder.end_pass_pending(2, 3),
+                       "batch rows [2, 5) pass max_tokens_per_pass (4)");
+  for (std::int64_t i = 1; i < routes::kMaxPendingPasses; ++i) {
+    slots.recorder.end_pass_pending(0, 0);
+    slots.recorder.begin_pass();
+  }
+  EXPECT_MOESTAT_ERROR(slots.recorder.end_pass_pending(0, 0),
+                       "1024 passes wait for commit_slots() or release_pending()");
+  CpuRouteRecorder requests(ModelTopology::uniform(1, 4, 2), {});
+  requests.begin_pass();
+  EXPECT_MOESTAT_ERROR(requests.end_pass_pending(0, 1), "end_pass_pending needs slot keys");
+  EXPECT_MOESTAT_ERROR(
+      CpuRouteRecorder(ModelTopology::uniform(1, 4, 2),
+                       {.capacity_tokens = 4, .keys = routes::RouteKeys::kSlots, .num_slots = 5}),
+      "num_slots 5 outside [0, capacity_tokens (4)]");
+}
+
 TEST(RouteRecorder, TakesFromAnotherThreadWhilePassesRun) {
   const ModelTopology topology = small_topology();
   CpuRouteRecorder recorder(topology, {.max_tokens_per_pass = 64, .capacity_tokens = 4096});

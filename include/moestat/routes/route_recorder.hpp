@@ -23,9 +23,12 @@ enum class RouteKeys : std::uint8_t {
   /// (request, position): end_pass(batch), take(), finish(). Rows are allocated as passes end
   /// and freed as they are taken.
   kRequestPositions,
-  /// An engine-wide slot in [0, capacity_tokens), such as a KV-cache slot: end_pass_slots(),
+  /// An engine-wide slot in [0, num_slots), such as a KV-cache slot: end_pass_slots(),
   /// read_slots(). A slot routed again replaces its row; the engine says which slots a
-  /// request's tokens are in when it reads them (SGLang's routed-experts host cache).
+  /// request's tokens are in when it reads them (SGLang's routed-experts host cache). Where
+  /// the slots reach the host only after the pass ended (SGLang's overlap scheduler),
+  /// end_pass_pending() ends the pass into rows of their own and commit_slots() gives them
+  /// their slots later: the recorder's table maps each slot to its row.
   kSlots,
 };
 
@@ -38,6 +41,27 @@ struct RouteRecorderOptions {
   /// may start past the end of what the request routed before (see end_pass).
   std::int64_t capacity_tokens = 65536;
   RouteKeys keys = RouteKeys::kRequestPositions;
+  /// Slot keys: the slots, [0, num_slots); 0: capacity_tokens. Rows beyond num_slots hold
+  /// passes ended with end_pass_pending() whose slots are not committed yet.
+  std::int64_t num_slots = 0;
+};
+
+/// Slot keys: the most passes that may wait for commit_slots() at once (SGLang's overlap
+/// scheduler has one or two); end_pass_pending() refuses one more.
+inline constexpr std::int64_t kMaxPendingPasses = 1024;
+
+/// Slot keys: a pass ended before its slots were known (end_pass_pending), whose rows wait
+/// for commit_slots() or release_pending().
+struct PendingSlots {
+  std::uint64_t id = 0;
+  std::int64_t num_tokens = 0;           ///< Slots commit_slots() takes.
+  std::int64_t tokens_without_room = 0;  ///< Of them, tokens given no row: they read as such.
+};
+
+/// What commit_slots() could not commit. Such tokens' rows are freed.
+struct SlotCommit {
+  std::int64_t slots_out_of_range = 0;  ///< Slots outside [0, num_slots).
+  std::int64_t slots_repeated = 0;      ///< A slot given twice: the later token holds it.
 };
 
 /// Tokens [first_position, first_position + num_tokens) of request `request_id`, in batch rows
@@ -64,6 +88,7 @@ struct RouteTallies {
   std::int64_t invalid_ids = 0;
   std::int64_t layers_written_twice = 0;  ///< A layer's row written again in one pass.
   std::int64_t tokens_held = 0;           ///< Rows held: waiting for take(), or slots written.
+  std::int64_t tokens_pending = 0;        ///< Slot keys: rows of passes waiting for commit_slots().
 };
 
 /// Records, per request and token position, the experts each MoE layer routed the token to.
@@ -132,8 +157,25 @@ class RouteRecorder {
   /// moestat::Error, and changes nothing (the pass stays open).
   void end_pass(std::span<const TokenSpan> batch);
   /// Slot keys: closes the pass; batch row t goes to slot slots[t] (-1: not recorded), rows
-  /// past slots.size() are padding. Each slot in [0, capacity_tokens), at most once.
+  /// past slots.size() are padding. Each slot in [0, num_slots), at most once.
   void end_pass_slots(std::span<const std::int64_t> slots);
+  /// Slot keys: closes the pass; batch rows [first_row, first_row + num_tokens) go to rows of
+  /// their own (a token with no free row is not recorded, and tallied), whose slots
+  /// commit_slots() gives once the engine knows them; rows outside are padding.
+  PendingSlots end_pass_pending(std::int64_t first_row, std::int64_t num_tokens);
+  /// Slot keys: the pending pass's token t now holds slot slots[t] (a token not recorded
+  /// makes its slot read as not recorded, never as the slot's previous token); the rows the
+  /// slots held are freed. Slots outside [0, num_slots) and all but the last token naming a
+  /// slot are not committed, and counted. `slots` must have pending.num_tokens entries; a
+  /// pass committed or released already is refused with moestat::Error.
+  SlotCommit commit_slots(const PendingSlots& pending, std::span<const std::int64_t> slots);
+  /// Slot keys: frees a pending pass's rows (a forward the engine dropped); false when it was
+  /// committed or released already.
+  bool release_pending(const PendingSlots& pending);
+  /// Slot keys: `slots` now read as not recorded (tokens whose routes were lost), never as
+  /// their previous tokens; their rows are freed. Returns how many were outside
+  /// [0, num_slots), which are skipped.
+  std::int64_t clear_slots(std::span<const std::int64_t> slots);
   /// Closes the pass and discards what its hooks wrote.
   void abort_pass();
 
@@ -152,7 +194,8 @@ class RouteRecorder {
   /// finish() of each request in `request_ids`: take_many(), then forgets them.
   std::vector<RoutedExperts> finish_many(std::span<const std::string> request_ids);
   /// Slot keys: the rows of `slots` in their order (slot -1, or one never written: not
-  /// valid), as routes of `request_id` from `first_position`. Rows stay where they are.
+  /// valid), as routes of `request_id` from `first_position`. Rows stay where they are; a row
+  /// a commit frees during the read is not handed to a pass before the read ends.
   RoutedExperts read_slots(std::span<const std::int64_t> slots, std::string request_id = {},
                            std::int64_t first_position = 0);
   /// Makes `placement` map the ids of passes that begin from now on. Shapes must match the
@@ -255,6 +298,9 @@ class RouteRecorder {
   static std::int32_t held_row(const RequestRows& request, std::int64_t position);
   void commit(PassPlan& plan, PassTicket ticket) noexcept;
   void release(std::int32_t row);
+  /// Slot keys: frees a row a slot or pending pass held, once no read_slots() may read it.
+  void release_slot_row(std::int32_t row);
+  std::int64_t num_slots() const noexcept;
   /// A request's rows detached from the table by take(), to be read.
   struct Detached {
     std::string request_id;
@@ -300,9 +346,20 @@ class RouteRecorder {
   mutable std::mutex mutex_;  // everything below
   std::map<std::string, RequestRows, std::less<>> requests_;
   std::vector<std::int32_t> free_rows_;  // handed out from the back
-  std::vector<bool> slot_written_;       // slot keys: which slots hold a row
+  // Slot keys: each slot's row (-1: none), the passes waiting for their slots, and the rows
+  // freed while a read_slots() was in flight (free once no read is).
+  std::vector<std::int32_t> slot_rows_;
   std::int64_t slots_written_ = 0;
-  PassTicket last_ticket_ = 0;  // slot keys: the last ended pass's
+  struct PendingRows {
+    std::int64_t num_tokens = 0;
+    std::vector<std::int32_t> rows;  // of its first rows.size() tokens; the rest have none
+  };
+  std::map<std::uint64_t, PendingRows> pending_;
+  std::int64_t pending_rows_ = 0;
+  std::uint64_t next_pending_id_ = 1;
+  std::int64_t reads_in_flight_ = 0;
+  std::vector<std::int32_t> retired_rows_;
+  PassTicket last_ticket_ = 0;  // the last ended pass's
   RouteTallies tallies_;
   std::uint64_t placement_version_ = 0;
   std::string model_;

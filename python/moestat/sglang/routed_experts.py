@@ -15,10 +15,11 @@ Underneath, a moestat route recorder in slot keys (``moestat.CudaRouteRecorder``
 CPU one on "cpu") keeps each token's ids in the narrow dtype, MoE layers only, with a
 validity byte. SGLang writes a forward's rows under their KV-cache slots once the slots reach
 the host: with the overlap scheduler, after the next forward has been launched. The recorder
-ends each pass in ``on_forward_end`` into rows of its own store, and this capturer maps KV
-slots to those rows on the host when ``finalize()`` (or, without overlap, ``on_forward_end``)
-commits them: the store holds the KV pool's ``num_tokens`` rows plus the rows of passes in
-flight. docs/sglang.md ("Routed experts") says what differs from SGLang and why.
+ends each pass in ``on_forward_end`` into rows of their own (``end_pass_pending``), and
+``finalize()`` (or, without overlap, ``on_forward_end``) gives them their KV slots
+(``commit_slots``): the recorder's table maps each slot to its row, and its store holds the KV
+pool's ``num_tokens`` rows plus the rows of passes in flight. docs/sglang.md ("Routed
+experts") says what differs from SGLang and why.
 
 ``moestat.sglang.install.install_routed_experts()`` makes SGLang's
 ``RoutedExpertsCapturer.create`` build this capturer (``moestat.sglang.install_on_import(
@@ -31,7 +32,6 @@ from __future__ import annotations
 import collections
 import logging
 import sys
-import threading
 import weakref
 from typing import Optional
 
@@ -54,14 +54,14 @@ IN_FLIGHT_PASSES = 4
 
 class TopkCaptureOutput:
     """What ``on_forward_end(..., no_copy_to_cpu=True)`` returns: the forward's KV slots (a
-    device tensor until SGLang's ``map_device_tensors`` copies it) and the store rows its
-    tokens were recorded in. ``finalize()`` commits them; an output dropped without
-    ``finalize()`` gives its rows back."""
+    device tensor until SGLang's ``map_device_tensors`` copies it) and its pending pass (None:
+    its tokens were not recorded). ``finalize()`` commits them; an output dropped without
+    ``finalize()`` gives the pass's rows back."""
 
-    def __init__(self, out_cache_loc: torch.Tensor, rows: np.ndarray, capturer):
+    def __init__(self, out_cache_loc: torch.Tensor, pending, capturer):
         self.out_cache_loc = out_cache_loc
-        self.rows = rows
-        self._release = weakref.finalize(self, capturer._release_rows, rows)
+        self.pending = pending
+        self._release = weakref.finalize(self, capturer._release, pending)
         self._capturer = capturer
 
     def map_device_tensors(self, fn):
@@ -70,7 +70,7 @@ class TopkCaptureOutput:
 
     def finalize(self):
         if self._release.detach() is not None:  # once
-            self._capturer._commit(self.out_cache_loc, self.rows)
+            self._capturer._commit(self.out_cache_loc, self.pending)
 
 
 class RoutedExpertsCapturer:
@@ -150,20 +150,14 @@ class RoutedExpertsCapturer:
                                        moe_layers=mask)
         options = dict(max_tokens_per_pass=self.max_batch_size * self._attn_tp_size,
                        capacity_tokens=self.num_tokens + in_flight_passes * self.max_batch_size,
-                       keys="slots")
+                       keys="slots", num_slots=self.num_tokens)
         self._cuda = self.device.startswith("cuda")
         self._recorder = make_recorder(topology, self.device, routes=True, **options)
         self._layout = self._recorder.layout
         self._moe_layers = frozenset(self._layout.layers)
         self._columns = torch.as_tensor(list(self._layout.layers), dtype=torch.int64)
 
-        # Host tables: KV slot -> store row (-1: none), and the free store rows (a stack).
         capacity = options["capacity_tokens"]
-        self._lock = threading.RLock()  # a dropped output gives rows back from the GC
-        self._slot_rows = np.full(self.num_tokens, -1, dtype=np.int32)
-        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int32)
-        self._free_count = capacity
-
         self._faults = Faults(logger, "capturer.faults")
         self._counts = collections.Counter()
         self._use_current_stream = StreamFollower(self._recorder).follow
@@ -206,10 +200,7 @@ class RoutedExpertsCapturer:
         ``tokens_without_room`` and ``tokens_held`` (KV slots holding a recorded row). On
         CUDA this reads the device: not for the forward path."""
         out = dict(self._recorder.tallies()) if self._recorder is not None else {}
-        with self._lock:
-            held = int(np.count_nonzero(self._slot_rows >= 0))
-        out.update(tokens_held=held, stray_passes=self._counts["stray_passes"],
-                   tokens_without_room=self._counts["tokens_without_room"])
+        out.update(stray_passes=self._counts["stray_passes"])
         return out
 
     # ---- SGLang's interface ----
@@ -251,7 +242,7 @@ class RoutedExpertsCapturer:
         past them are padding). Commits now (reading ``out_cache_loc`` on the host, as SGLang
         does), or, with ``no_copy_to_cpu``, returns what ``finalize()`` commits. Tokens that
         could not be recorded are committed as such: their slots read as not recorded."""
-        locs = rows = None
+        locs = pending = None
         try:
             start, stop = self._local_rows(forward_batch, can_run_graph, cuda_graph_batch)
             locs = forward_batch.out_cache_loc_virtual
@@ -274,25 +265,24 @@ class RoutedExpertsCapturer:
                                  "a replay, into the capture's eager warm-up ids; its tokens are "
                                  "not recorded", count)
             else:
-                rows = self._take_rows(count)
                 if self._cuda:
                     self._use_current_stream()
-                self._recorder.end_pass_slots([-1] * start + rows.tolist())
+                pending = self._recorder.end_pass_pending(start, count)
                 self._pass_open = False
+                if pending.tokens_without_room:
+                    self._faults.add("tokens_without_room",
+                                     f"on_forward_end: no store rows for {pending.tokens_without_room}"
+                                     " tokens (more than the in-flight passes' rows are waiting for "
+                                     "finalize()); not recorded", pending.tokens_without_room)
         except Exception as error:  # noqa: BLE001
             self._faults.add("on_forward_end", error)
-            if rows is not None:
-                self._release_rows(rows)
-            rows = None
         finally:
             self._begin_pass()  # a replayed graph's hooks write into the pass open then
         if locs is None:
             return None
-        if rows is None:
-            rows = np.full(int(locs.shape[0]), -1, dtype=np.int32)
         if no_copy_to_cpu:
-            return TopkCaptureOutput(locs.clone(), rows, self)
-        self._commit(locs, rows)
+            return TopkCaptureOutput(locs.clone(), pending, self)
+        self._commit(locs, pending)
         return None
 
     def get_topk(self, req_pool_idx: int, seqlen: int, req_to_token_pool,
@@ -314,9 +304,7 @@ class RoutedExpertsCapturer:
             if not inside.all():
                 self._faults.add("get_topk_slot_out_of_range",
                                  f"get_topk: KV slots outside [0, {self.num_tokens}) read as 0s")
-            with self._lock:
-                rows = np.where(inside, self._slot_rows[np.where(inside, slots, 0)], -1)
-            routes = self._recorder.read_slots(rows.tolist())
+            routes = self._recorder.read_slots(np.where(inside, slots, -1).tolist())
             valid = np.asarray(routes.valid)
             out[:, self._columns, :] = torch.from_numpy(np.asarray(routes.ids).astype(np.int32))
             self._count_unrecorded(valid)
@@ -391,53 +379,35 @@ class RoutedExpertsCapturer:
         self._gather(gathered, topk.to(torch.int32))
         return gathered
 
-    # ---- the slot table ----
+    # ---- committing a forward's KV slots ----
 
-    def _take_rows(self, count: int) -> np.ndarray:
-        with self._lock:
-            given = min(count, self._free_count)
-            rows = np.full(count, -1, dtype=np.int32)
-            rows[:given] = self._free[self._free_count - given: self._free_count]
-            self._free_count -= given
-        if given < count:
-            self._counts["tokens_without_room"] += count - given
-            self._faults.add("tokens_without_room",
-                             f"on_forward_end: no store rows for {count - given} tokens (more than "
-                             "the in-flight passes' rows are waiting for finalize()); not recorded",
-                             count - given)
-        return rows
+    def _release(self, pending):
+        """A dropped output's pass: its rows go back (called by the GC; never raises)."""
+        try:
+            if pending is not None and self._recorder is not None:
+                self._recorder.release_pending(pending)
+        except Exception as error:  # noqa: BLE001
+            self._faults.add("release", error)
 
-    def _release_rows(self, rows: np.ndarray):
-        rows = rows[rows >= 0]
-        with self._lock:
-            self._free[self._free_count: self._free_count + rows.size] = rows
-            self._free_count += rows.size
-
-    def _commit(self, out_cache_loc, rows: np.ndarray):
-        """KV slot out_cache_loc[t] now holds store row rows[t] (-1: a token not recorded,
-        which reads as such, never as the slot's previous token); the rows they held are
-        free."""
+    def _commit(self, out_cache_loc, pending):
+        """KV slot out_cache_loc[t] now holds the pending pass's token t (pending None: the
+        forward's tokens were not recorded, and their slots read as such, never as their
+        previous tokens); the recorder frees the rows the slots held."""
         try:
             slots = np.asarray(out_cache_loc.cpu() if isinstance(out_cache_loc, torch.Tensor)
-                               else out_cache_loc).astype(np.int64).reshape(-1)
+                               else out_cache_loc).astype(np.int64).reshape(-1).tolist()
+            if pending is None:
+                outside = self._recorder.clear_slots(slots)
+            else:
+                outside = self._recorder.commit_slots(pending, slots)["slots_out_of_range"]
         except Exception as error:  # noqa: BLE001
             self._faults.add("finalize", error)
-            self._release_rows(rows)
+            self._release(pending)
             return
-        inside = (slots >= 0) & (slots < self.num_tokens)
-        if not inside.all():
+        if outside:
             self._faults.add("slot_out_of_range",
                              f"on_forward_end: KV slots outside [0, {self.num_tokens}); not "
-                             "recorded")
-        index = np.flatnonzero(inside)
-        # A slot twice in one forward: the later row holds it (SGLang's index assignment).
-        _, last = np.unique(slots[index][::-1], return_index=True)
-        kept = index[index.size - 1 - last]
-        dropped = np.setdiff1d(np.arange(rows.size), kept)
-        with self._lock:
-            held = self._slot_rows[slots[kept]]
-            self._slot_rows[slots[kept]] = rows[kept]
-            self._release_rows(np.concatenate([held, rows[dropped]]))
+                             "recorded", outside)
 
     def _count_unrecorded(self, valid: np.ndarray):
         recorded = valid.any(axis=1)
