@@ -7,8 +7,10 @@
 # routing-replay tests on CUDA, compute-sanitizer (tests/routes/run_device_routes.sh), all on
 # the one build. Each suite's start time is printed.
 #
-# Usage: tests/device_all.sh OUT_DIR PREPARED
+# Usage: [SUITES="gpu vllm routes"] [LLAMA=1] tests/device_all.sh OUT_DIR PREPARED
 #   PREPARED: made by tests/device_prepare.sh where Debian's packages and PyPI are reachable.
+#   SUITES: the suites to run, of gpu, vllm and routes (default: all three); the build they
+#   share is made either way.
 # Each suite's summary goes to standard output; their logs are packed into OUT_DIR/logs.tar.gz
 # (the device tool brings back at most 8 files).
 set -uo pipefail
@@ -25,16 +27,27 @@ python3 -c 'import torch; print("torch", torch.__version__)'
 c++ --version | head -n 1
 
 [[ -f $prepared/sglang.zip ]] && export MOESTAT_SGLANG_WHEEL=$prepared/sglang.zip
-echo "=== recorder, Python package and engine tests"
-tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
-echo "=== vLLM (at ${SECONDS} s)"
-MOESTAT_DEVICE_BUILD=build-gpu tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" \
-  "$logs/vllm" "$prepared/deps" || status=1
-echo "=== routes (at ${SECONDS} s)"
-# The capture-cost benchmark is a measurement, not a test: tests/routes/run_device_routes.sh
-# runs it on its own (BENCH=1 here adds it).
-BENCH=${BENCH:-0} MOESTAT_DEVICE_BUILD=build-gpu tests/routes/run_device_routes.sh \
-  build-gpu/tests/gpu "$logs/routes" "$prepared/deps" || status=1
+suites=" ${SUITES:-gpu vllm routes} "
+selected() { [[ $suites == *" $1 "* ]]; }
+if selected gpu; then
+  echo "=== recorder, Python package and engine tests"
+  tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
+else
+  echo "=== the build the suites share"
+  BUILD_ONLY=1 tests/engines/run_gpu_tests.sh "$logs/gpu" "$prepared/deps" || status=1
+fi
+if selected vllm; then
+  echo "=== vLLM (at ${SECONDS} s)"
+  MOESTAT_DEVICE_BUILD=build-gpu tests/engines/run_device_vllm.sh "$prepared/vllm-bundle" \
+    "$logs/vllm" "$prepared/deps" || status=1
+fi
+if selected routes; then
+  echo "=== routes (at ${SECONDS} s)"
+  # The capture-cost benchmark is a measurement, not a test: tests/routes/run_device_routes.sh
+  # runs it on its own (BENCH=1 here adds it).
+  BENCH=${BENCH:-0} MOESTAT_DEVICE_BUILD=build-gpu tests/routes/run_device_routes.sh \
+    build-gpu/tests/gpu "$logs/routes" "$prepared/deps" || status=1
+fi
 
 # llama.cpp built with CUDA there, its recorder checked and benchmarked: off by default (its
 # CUDA build takes minutes); LLAMA=1 adds it within what is left of 570 s

@@ -15,7 +15,7 @@
 #     transformers (docs/transformers.md gives the versions supported) and sglang (or
 #     MOESTAT_SGLANG_WHEEL).
 #
-# Usage: tests/engines/run_gpu_tests.sh OUT_DIR [DEPS_PREFIX]
+# Usage: [BUILD_ONLY=1] tests/engines/run_gpu_tests.sh OUT_DIR [DEPS_PREFIX]
 #   DEPS_PREFIX: for a machine without the library's dependencies, a folder holding them as
 #     extracted Debian packages (DEPS_PREFIX/usr/...): libfmt-dev, libfmt9, nlohmann-json3-dev,
 #     libzip-dev, libzip4, libgtest-dev, libgmock-dev, librapidcheck-dev, pkgconf
@@ -41,6 +41,8 @@ if [[ $? -ne 0 ]]; then
   tail -n 40 "$out/build.log"
   exit 1
 fi
+# BUILD_ONLY=1: the build alone, for the suites that run on it (tests/device_all.sh).
+[[ ${BUILD_ONLY:-0} == 1 ]] && exit 0
 
 echo "== GPU recorder tests"
 build-gpu/tests/gpu/moestat_gpu_recorder_tests >"$out/gpu_tests.log" 2>&1 || status=1
