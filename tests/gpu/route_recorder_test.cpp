@@ -195,10 +195,7 @@ TEST_P(CudaRouteRecorderWidths, EqualTheCpuRecorder) {
   const routes::RouteRecorderOptions options{.max_tokens_per_pass = 64, .capacity_tokens = 1024};
   CpuRouteRecorder cpu(topology, options);
   CudaRouteRecorder gpu(topology, options);
-  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
-                                                topology.num_logical_experts);
-  const std::vector<std::int32_t> map(identity.physical_to_logical().begin(),
-                                      identity.physical_to_logical().end());
+  const std::vector<std::int32_t> map = test::identity_map(topology);
   const auto passes = test::random_route_passes(topology, cpu.layout(), map, 40, 6, 3, true);
   for (std::size_t p = 0; p < passes.size(); ++p) {
     cpu.begin_pass();
@@ -323,10 +320,7 @@ TEST(CudaRouteRecorder, ReplaysOfACapturedGraphEqualTheCpuRecorder) {
   const routes::RouteRecorderOptions options{.max_tokens_per_pass = kRows, .capacity_tokens = 4096};
   CpuRouteRecorder cpu(topology, options);
   CudaRouteRecorder gpu(topology, options);
-  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
-                                                topology.num_logical_experts);
-  const std::vector<std::int32_t> map(identity.physical_to_logical().begin(),
-                                      identity.physical_to_logical().end());
+  const std::vector<std::int32_t> map = test::identity_map(topology);
   cudaStream_t stream;
   MOESTAT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   gpu.set_stream(stream);

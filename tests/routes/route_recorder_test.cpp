@@ -565,10 +565,7 @@ TEST(RouteRecorder, PendingPassesAreRefusedWhatTheyCannotHold) {
 TEST(RouteRecorder, TakesFromAnotherThreadWhilePassesRun) {
   const ModelTopology topology = small_topology();
   CpuRouteRecorder recorder(topology, {.max_tokens_per_pass = 64, .capacity_tokens = 4096});
-  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
-                                                topology.num_logical_experts);
-  const std::vector<std::int32_t> map(identity.physical_to_logical().begin(),
-                                      identity.physical_to_logical().end());
+  const std::vector<std::int32_t> map = test::identity_map(topology);
   const auto passes =
       test::random_route_passes(topology, recorder.layout(), map, 300, 4, 11, false);
   const auto expected = test::expected_routes(passes, topology, recorder.layout(), map);

@@ -19,6 +19,13 @@ struct RoutePass {
   std::vector<std::vector<std::int32_t>> ids;  ///< [column][row * top_k + k]
 };
 
+/// The trivial placement's physical-to-logical map ([L, P]): each slot its own expert.
+inline std::vector<std::int32_t> identity_map(const ModelTopology& topology) {
+  const Placement identity = Placement::trivial(topology.num_layers, topology.num_physical_experts,
+                                                topology.num_logical_experts);
+  return {identity.physical_to_logical().begin(), identity.physical_to_logical().end()};
+}
+
 /// Random passes over `num_requests` requests: each pass a few requests advance by a prefill
 /// chunk or one decode token, rows padded past the batch, some ids -1 or >= P.
 inline std::vector<RoutePass> random_route_passes(
