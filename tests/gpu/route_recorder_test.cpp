@@ -2,12 +2,9 @@
 // ids, a strided view with a fused shared-expert column, hostile ids, padding rows, a
 // placement with replicas), from a captured CUDA graph replayed with a new batch each
 // time (begin_pass / end_pass on the host around each replay), and from eight threads
-// (tests/routes/route_threads.hpp); every width the row moves copy in; a take while a later
-// pass is held on the stream.
-#include <condition_variable>
+// (tests/routes/route_threads.hpp); ids of every width a column's bytes come to.
 #include <moestat/routes/cpu_route_recorder.hpp>
 #include <moestat/routes/cuda_route_recorder.hpp>
-#include <mutex>
 
 #include "gpu/gpu_test_support.hpp"
 #include "routes/route_reference.hpp"
@@ -183,8 +180,8 @@ void record_on_cpu(CpuRouteRecorder& cpu, const test::RoutePass& pass) {
   }
 }
 
-// The end of a pass and take() copy a column's top_k ids in units of 16, 8, 4, 2 or 1 bytes,
-// whichever is the widest that divides it: each width, against the CPU recorder.
+// A column's top_k ids of 1, 2 or 4 bytes make 3 to 32 bytes: widths odd and even, moved at
+// the pass's end and read by take_many(), against the CPU recorder.
 class CudaRouteRecorderWidths
     : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {};
 
@@ -228,81 +225,6 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<std::int64_t, std::int64_t>{70000, 2},  // int32 x 2: 8
                       std::pair<std::int64_t, std::int64_t>{70000, 5}   // int32 x 5: 20, in 4s
                       ));
-
-/// A host function that holds its stream until release(), or for five seconds at most.
-struct StreamGate {
-  static void CUDART_CB hold(void* self) {
-    auto& gate = *static_cast<StreamGate*>(self);
-    std::unique_lock lock(gate.mutex);
-    gate.timed_out =
-        !gate.opened.wait_for(lock, std::chrono::seconds(5), [&gate] { return gate.open; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mutex);
-      open = true;
-    }
-    opened.notify_all();
-  }
-  std::mutex mutex;
-  std::condition_variable opened;
-  bool open = false;
-  bool timed_out = false;
-};
-
-TEST(CudaRouteRecorder, ATakeWaitsForThePassThatWroteItsRowsAndNotForLaterOnes) {
-  MOESTAT_REQUIRE_GPU();
-  // 5000 tokens: a read of two chunks (take() moves 4096 rows at a time), the second starting
-  // inside the request.
-  constexpr std::int64_t kLong = 5000;
-  const ModelTopology topology = ModelTopology::uniform(2, 128, 8);
-  const routes::RouteRecorderOptions options{.max_tokens_per_pass = kLong + 3,
-                                             .capacity_tokens = 8192};
-  CpuRouteRecorder cpu(topology, options);
-  CudaRouteRecorder gpu(topology, options);
-  cudaStream_t stream;
-  MOESTAT_EXPECT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  gpu.set_stream(stream);
-  test::RoutePass first{{{"long", 0, kLong}, {"short", 0, 3}}, kLong + 3, {}};
-  for (std::size_t c = 0; c < std::size_t(cpu.layout().num_columns()); ++c) {
-    std::vector<std::int32_t>& ids = first.ids.emplace_back();
-    for (std::int64_t row = 0; row < first.num_rows; ++row) {
-      for (std::int64_t k = 0; k < topology.top_k; ++k) {
-        ids.push_back(std::int32_t((row * 7 + std::int64_t(c) * 11 + k * 37) % 128));  // distinct
-      }
-    }
-  }
-  test::RoutePass later = first;
-  later.batch = {{"later", 0, 1}};
-  const DeviceColumns first_columns(gpu.layout(), first);
-  const DeviceColumns later_columns(gpu.layout(), later);
-  for (const test::RoutePass* pass : {&first, &later}) {
-    cpu.begin_pass();
-    record_on_cpu(cpu, *pass);
-    cpu.end_pass(pass->batch);
-  }
-  gpu.begin_pass();
-  gpu.record_topk_layers(first_columns.layers);
-  gpu.end_pass(first.batch);
-  // The later pass is queued behind the gate: a take that waited for it would wait for the
-  // gate's five seconds, and find it timed out.
-  StreamGate gate;
-  MOESTAT_EXPECT_CUDA(cudaLaunchHostFunc(stream, StreamGate::hold, &gate));
-  gpu.begin_pass();
-  gpu.record_topk_layers(later_columns.layers);
-  gpu.end_pass(later.batch);
-  const std::vector<std::string> finished = {"long", "short"};
-  const std::vector<RoutedExperts> taken = gpu.take_many(finished);
-  gate.release();
-  MOESTAT_EXPECT_CUDA(cudaStreamSynchronize(stream));
-  EXPECT_FALSE(gate.timed_out) << "the take waited for the later pass";
-  ASSERT_EQ(taken.size(), 2u);
-  EXPECT_EQ(taken[0], cpu.take("long"));
-  EXPECT_EQ(taken[1], cpu.take("short"));
-  EXPECT_EQ(gpu.finish("later"), cpu.finish("later"));  // which the take must not have moved
-  gpu.set_stream(nullptr);
-  MOESTAT_EXPECT_CUDA(cudaStreamDestroy(stream));
-}
 
 struct CapturedGraph {
   cudaGraph_t graph = nullptr;

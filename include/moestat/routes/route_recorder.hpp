@@ -252,9 +252,9 @@ class RouteRecorder {
   virtual PassTicket do_end_pass(std::span<const RowMove> moves) = 0;
   /// Forgets the pass's scratch.
   virtual void do_abort_pass() = 0;
-  /// Copies store rows `rows` into `targets`, which start zeroed; row -1 leaves zeros. Waits for
-  /// the pass `written_by` and those before it, which wrote the rows, and for no later pass (an
-  /// engine takes a finished request while its next pass runs). Called without the table lock.
+  /// Copies store rows `rows` into `targets`, which start zeroed; row -1 leaves zeros. Waits at
+  /// least for the pass `written_by` and those before it, which wrote the rows (the CUDA
+  /// backend waits for the newest pass). Called without the table lock.
   virtual void do_read_rows(std::span<const std::int32_t> rows, std::span<const ReadTarget> targets,
                             PassTicket written_by) = 0;
   /// `physical_to_logical`: [C, P] for the layout's columns.

@@ -39,6 +39,9 @@ class PinnedBuffer {
 // Rows one read of take() moves at a time.
 constexpr std::int64_t kReadChunkRows = 4096;
 
+// Every pass's ticket: a read waits for the newest pass (pass_ended), whichever wrote its rows.
+constexpr std::uint64_t kNewestPass = 1;
+
 }  // namespace
 
 struct CudaRouteRecorder::Device {
@@ -51,15 +54,17 @@ struct CudaRouteRecorder::Device {
         read_chunk(std::min(kReadChunkRows, options.capacity_tokens)),
         move_slots(kMoveSlots * 2 * options.max_tokens_per_pass),
         placement(layout.num_columns() * topology.num_physical_experts),
-        reads{ReadBuffers(read_chunk, row_bytes, num_columns),
-              ReadBuffers(read_chunk, row_bytes, num_columns)} {
+        read_rows(read_chunk),
+        read_ids(read_chunk * row_bytes),
+        read_valid(read_chunk * layout.num_columns()) {
     const std::int64_t rows = options.max_tokens_per_pass;
     buffers.scratch_ids = allocations.allocate<unsigned char>(rows * row_bytes);
     buffers.scratch_stamps = allocations.allocate<unsigned>(rows * num_columns);
     buffers.scratch_invalid = allocations.allocate<unsigned>(rows * num_columns);
     buffers.pass_stamp = allocations.allocate<unsigned>(1);
+    const unsigned first_stamp = 1;
     MOESTAT_CUDA_CHECK(
-        cudaMemcpy(buffers.pass_stamp, &pass_stamp, sizeof pass_stamp, cudaMemcpyHostToDevice));
+        cudaMemcpy(buffers.pass_stamp, &first_stamp, sizeof first_stamp, cudaMemcpyHostToDevice));
     buffers.ids = allocations.allocate<unsigned char>(options.capacity_tokens * row_bytes);
     buffers.valid = allocations.allocate<unsigned char>(options.capacity_tokens * num_columns);
     physical_to_logical =
@@ -71,11 +76,9 @@ struct CudaRouteRecorder::Device {
     buffers.id_bytes = int(dtype_size(layout.id_dtype()));
     buffers.num_physical = int(topology.num_physical_experts);
     device_moves = allocations.allocate<int>(2 * rows);
-    for (ReadBuffers& read : reads) {
-      read.device_rows = allocations.allocate<int>(read_chunk);
-      read.device_ids = allocations.allocate<unsigned char>(read_chunk * row_bytes);
-      read.device_valid = allocations.allocate<unsigned char>(read_chunk * num_columns);
-    }
+    device_read_rows = allocations.allocate<int>(read_chunk);
+    device_read_ids = allocations.allocate<unsigned char>(read_chunk * row_bytes);
+    device_read_valid = allocations.allocate<unsigned char>(read_chunk * num_columns);
   }
 
   std::int64_t row_bytes;
@@ -84,9 +87,6 @@ struct CudaRouteRecorder::Device {
   std::int64_t read_chunk;
   DeviceAllocations allocations;
   cuda::RouteBuffers buffers{};
-  // The open pass's stamp, as the device's will be when the pass's kernels run: only the
-  // end-of-pass kernel changes it there, and end_pass() advances this copy as it launches one.
-  unsigned pass_stamp = 1;
   int* physical_to_logical = nullptr;
   int* device_moves = nullptr;
 
@@ -102,39 +102,17 @@ struct CudaRouteRecorder::Device {
   bool placement_used = false;
   std::vector<std::int32_t> next_placement;
 
-  // Pass p's end is recorded in pass_ended[p % kPassEvents]. A read waits for the pass that
-  // last moved its rows, not for the newest (an engine takes a finished request while its
-  // next pass runs); an event since recorded again by a later pass only waits longer.
-  static constexpr int kPassEvents = 16;
-  OwnedEvent pass_ended[kPassEvents];
-  PassTicket passes_ended = 0;
+  OwnedEvent pass_ended;  // recorded by end_pass; take() waits for it
 
-  /// Launches the end of the open pass (the last kernel it queues); returns its ticket.
-  PassTicket end_pass(const int* moves, const cuda::InlineMoves& inline_moves,
-                      std::int64_t num_moves, cudaStream_t stream) {
-    cuda::launch_end_pass(buffers, moves, inline_moves, num_moves, pass_stamp, stream);
-    pass_stamp = cuda::next_pass_stamp(pass_stamp);
-    ++passes_ended;
-    MOESTAT_CUDA_CHECK(cudaEventRecord(pass_ended[passes_ended % kPassEvents].get(), stream));
-    return passes_ended;
-  }
-
-  // take(): its own stream and two sets of buffers, so that one chunk's rows travel while the
-  // host copies the last chunk's out; under their own lock.
-  struct ReadBuffers {
-    ReadBuffers(std::int64_t chunk_rows, std::int64_t row_bytes, std::int64_t columns)
-        : rows(chunk_rows), ids(chunk_rows * row_bytes), valid(chunk_rows * columns) {}
-    int* device_rows = nullptr;
-    unsigned char* device_ids = nullptr;
-    unsigned char* device_valid = nullptr;
-    PinnedBuffer<int> rows;
-    PinnedBuffer<unsigned char> ids;
-    PinnedBuffer<unsigned char> valid;
-    OwnedEvent copied;
-  };
+  // take(): its own stream and buffers, under their own lock.
   std::mutex read_mutex;
   OwnedStream read_stream;
-  ReadBuffers reads[2];
+  int* device_read_rows = nullptr;
+  unsigned char* device_read_ids = nullptr;
+  unsigned char* device_read_valid = nullptr;
+  PinnedBuffer<int> read_rows;
+  PinnedBuffer<unsigned char> read_ids;
+  PinnedBuffer<unsigned char> read_valid;
 };
 
 CudaRouteRecorder::CudaRouteRecorder(ModelTopology topology, RouteRecorderOptions options)
@@ -205,7 +183,10 @@ RouteRecorder::PassTicket CudaRouteRecorder::do_end_pass(std::span<const RowMove
       inline_moves.pairs[2 * i] = moves[i].batch_row;
       inline_moves.pairs[2 * i + 1] = moves[i].store_row;
     }
-    return device.end_pass(nullptr, inline_moves, std::int64_t(moves.size()), stream_);
+    cuda::launch_end_pass(device.buffers, nullptr, inline_moves, std::int64_t(moves.size()),
+                          stream_);
+    MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
+    return kNewestPass;
   }
   const int slot = device.next_move_slot;
   device.next_move_slot = (slot + 1) % kMoveSlots;
@@ -218,59 +199,47 @@ RouteRecorder::PassTicket CudaRouteRecorder::do_end_pass(std::span<const RowMove
     pairs[2 * i] = moves[i].batch_row;
     pairs[2 * i + 1] = moves[i].store_row;
   }
-  MOESTAT_CUDA_CHECK(cudaMemcpyAsync(device.device_moves, pairs, moves.size() * 2 * sizeof(int),
-                                     cudaMemcpyHostToDevice, stream_));
+  if (!moves.empty()) {
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(device.device_moves, pairs, moves.size() * 2 * sizeof(int),
+                                       cudaMemcpyHostToDevice, stream_));
+  }
   MOESTAT_CUDA_CHECK(cudaEventRecord(device.move_copied[slot].get(), stream_));
   device.move_slot_used[slot] = true;
-  return device.end_pass(device.device_moves, cuda::InlineMoves{}, std::int64_t(moves.size()),
-                         stream_);
+  cuda::launch_end_pass(device.buffers, device.device_moves, cuda::InlineMoves{},
+                        std::int64_t(moves.size()), stream_);
+  MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
+  return kNewestPass;
 }
 
 void CudaRouteRecorder::do_abort_pass() {
   // No moves: only the stamp advances, so what the pass wrote is never read.
-  device_->end_pass(nullptr, cuda::InlineMoves{}, 0, stream_);
+  cuda::launch_end_pass(device_->buffers, nullptr, cuda::InlineMoves{}, 0, stream_);
+  MOESTAT_CUDA_CHECK(cudaEventRecord(device_->pass_ended.get(), stream_));
 }
 
 void CudaRouteRecorder::do_read_rows(std::span<const std::int32_t> rows,
-                                     std::span<const ReadTarget> targets, PassTicket written_by) {
+                                     std::span<const ReadTarget> targets, PassTicket) {
   Device& device = *device_;
   std::lock_guard lock(device.read_mutex);
   const cudaStream_t read = device.read_stream.get();
-  if (written_by != 0) {
-    MOESTAT_CUDA_CHECK(
-        cudaStreamWaitEvent(read, device.pass_ended[written_by % Device::kPassEvents].get(), 0));
-  }
-  const auto chunk = std::size_t(device.read_chunk);
-  const auto row_bytes = std::size_t(device.row_bytes);
-  const auto columns = std::size_t(device.num_columns);
-  // Queues chunk `first`'s gather and copies on the read stream into read buffers `buffers`.
-  const auto queue = [&](std::size_t first, Device::ReadBuffers& buffers) {
-    const std::size_t count = std::min(rows.size() - first, chunk);
-    std::copy_n(rows.begin() + std::ptrdiff_t(first), count, buffers.rows.get());
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(buffers.device_rows, buffers.rows.get(), count * sizeof(int),
-                                       cudaMemcpyHostToDevice, read));
-    cuda::launch_gather_rows(device.buffers, buffers.device_rows, std::int64_t(count),
-                             buffers.device_ids, buffers.device_valid, read);
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(buffers.ids.get(), buffers.device_ids, count * row_bytes,
+  MOESTAT_CUDA_CHECK(cudaStreamWaitEvent(read, device.pass_ended.get(), 0));
+  for (std::size_t first = 0; first < rows.size(); first += std::size_t(device.read_chunk)) {
+    const std::size_t count = std::min(rows.size() - first, std::size_t(device.read_chunk));
+    std::copy_n(rows.begin() + std::ptrdiff_t(first), count, device.read_rows.get());
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(device.device_read_rows, device.read_rows.get(),
+                                       count * sizeof(int), cudaMemcpyHostToDevice, read));
+    cuda::launch_gather_rows(device.buffers, device.device_read_rows, std::int64_t(count),
+                             device.device_read_ids, device.device_read_valid, read);
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(device.read_ids.get(), device.device_read_ids,
+                                       count * std::size_t(device.row_bytes),
                                        cudaMemcpyDeviceToHost, read));
-    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(buffers.valid.get(), buffers.device_valid, count * columns,
+    MOESTAT_CUDA_CHECK(cudaMemcpyAsync(device.read_valid.get(), device.device_read_valid,
+                                       count * std::size_t(device.num_columns),
                                        cudaMemcpyDeviceToHost, read));
-    MOESTAT_CUDA_CHECK(cudaEventRecord(buffers.copied.get(), read));
-  };
-  try {
-    queue(0, device.reads[0]);
-    for (std::size_t first = 0, index = 0; first < rows.size(); first += chunk, index ^= 1) {
-      if (first + chunk < rows.size()) queue(first + chunk, device.reads[index ^ 1]);
-      Device::ReadBuffers& done = device.reads[index];
-      MOESTAT_CUDA_CHECK(cudaEventSynchronize(done.copied.get()));
-      copy_to_targets(targets, first, std::min(rows.size() - first, chunk),
-                      reinterpret_cast<const std::byte*>(done.ids.get()),
-                      reinterpret_cast<const std::byte*>(done.valid.get()));
-    }
-  } catch (...) {
-    // The pinned buffers may still be in a copy's hands: the next read must not write them.
-    cudaStreamSynchronize(read);
-    throw;
+    MOESTAT_CUDA_CHECK(cudaStreamSynchronize(read));
+    copy_to_targets(targets, first, count,
+                    reinterpret_cast<const std::byte*>(device.read_ids.get()),
+                    reinterpret_cast<const std::byte*>(device.read_valid.get()));
   }
 }
 

@@ -19,7 +19,7 @@ struct RouteBuffers {
   unsigned char* scratch_ids;      ///< [max_tokens_per_pass, C, K] of id_bytes, little-endian.
   unsigned* scratch_stamps;        ///< [max_tokens_per_pass, C]: the pass that wrote the row.
   unsigned* scratch_invalid;       ///< [max_tokens_per_pass, C]: the pass that found bad ids.
-  unsigned* pass_stamp;            ///< [1]: the open pass's stamp, never 0 (host: PassStamp).
+  unsigned* pass_stamp;            ///< [1]: the open pass's stamp, never 0.
   unsigned char* ids;              ///< [capacity, C, K]: the store.
   unsigned char* valid;            ///< [capacity, C]: 1 where the pass wrote the row.
   const int* physical_to_logical;  ///< [C, P].
@@ -48,11 +48,6 @@ struct LayerRoutes {
 void launch_record_routes(const RouteBuffers& buffers, std::span<const LayerRoutes> layers,
                           std::int64_t max_rows, cudaStream_t stream);
 
-/// The stamp that follows `stamp`. 0 is what the scratch starts with: never a pass's stamp.
-__host__ __device__ constexpr unsigned next_pass_stamp(unsigned stamp) noexcept {
-  return stamp + 1 == 0 ? 1 : stamp + 1;
-}
-
 /// The row moves of a pass small enough to travel in the end-of-pass kernel's parameters
 /// (decode batches), which spares a copy to the device before it.
 inline constexpr int kInlineMoves = 256;
@@ -60,14 +55,12 @@ struct InlineMoves {
   int pairs[2 * kInlineMoves];
 };
 
-/// Ends the pass stamped `stamp`: moves scratch row moves[2i] into store row moves[2i + 1] for
-/// i < num_moves, valid where the pass stamped it, tallies the moved rows marked invalid, and
-/// sets the device's stamp to next_pass_stamp(stamp). The host keeps the stamp's count (the
-/// device's only changes here), so the kernel's blocks need not read the counter one of them
-/// advances. `moves`: [2 * num_moves] int32 on the device, or nullptr when `inline_moves` holds
-/// them (num_moves <= kInlineMoves).
+/// Ends the pass: moves scratch row moves[2i] into store row moves[2i + 1] for i < num_moves,
+/// valid where the pass stamped it, tallies the moved rows marked invalid, then advances the
+/// stamp. `moves`: [2 * num_moves] int32 on
+/// the device, or nullptr when `inline_moves` holds them (num_moves <= kInlineMoves).
 void launch_end_pass(const RouteBuffers& buffers, const int* moves, const InlineMoves& inline_moves,
-                     std::int64_t num_moves, unsigned stamp, cudaStream_t stream);
+                     std::int64_t num_moves, cudaStream_t stream);
 
 /// Gathers store rows `rows` ([num_rows] device; -1 gives zeros) into `ids` ([num_rows, C, K])
 /// and `valid` ([num_rows, C]), device buffers.
