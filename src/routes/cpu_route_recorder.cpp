@@ -89,7 +89,7 @@ void CpuRouteRecorder::do_record(std::span<const ColumnIds> layers) {
   }
 }
 
-RouteRecorder::PassTicket CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
+void CpuRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   const std::int64_t num_columns = layout().num_columns();
   const std::int64_t column_bytes = row_id_bytes() / num_columns;
   for (const RowMove& move : moves) {
@@ -108,11 +108,10 @@ RouteRecorder::PassTicket CpuRouteRecorder::do_end_pass(std::span<const RowMove>
     }
   }
   advance_stamp();
-  return 0;  // the rows are in the store already
 }
 
 void CpuRouteRecorder::do_read_rows(std::span<const std::int32_t> rows,
-                                    std::span<const ReadTarget> targets, PassTicket) {
+                                    std::span<const ReadTarget> targets) {
   const std::int64_t num_columns = layout().num_columns();
   for (const ReadTarget& target : targets) {
     for (std::size_t i = 0; i < target.count; ++i) {

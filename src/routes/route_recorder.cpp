@@ -57,7 +57,6 @@ struct RouteRecorder::PassPlan {
     std::vector<HeldRow> rows;
     std::int64_t end;
     std::int64_t gap_positions;
-    bool moved;  // the pass moves one of its rows
   };
   std::vector<RowMove> moves;
   std::size_t rows_used = 0;  // from the back of free_rows_
@@ -124,7 +123,6 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
     std::vector<HeldRow> rows;  // by position, as the span's
     const std::int64_t not_taken = request ? request->first_position : span.first_position;
     const std::int64_t first = span.first_row == TokenSpan::kFollows ? next_row : span.first_row;
-    const std::size_t moves_before = plan.moves.size();
     for (std::int64_t i = 0; i < span.num_tokens; ++i) {
       const std::int64_t position = span.first_position + i;
       const auto batch_row = std::int32_t(first + i);
@@ -156,8 +154,7 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
         request->rows.reserve(std::max(needed, 2 * request->rows.capacity()));
       }
       plan.grown.push_back({request, std::move(rows), std::max(request->end, end),
-                            request->gap_positions + gap_before(*request, span),
-                            plan.moves.size() > moves_before});
+                            request->gap_positions + gap_before(*request, span)});
     } else {
       plan.new_requests.emplace(span.request_id,
                                 RequestRows{span.first_position, std::move(rows), end});
@@ -178,7 +175,7 @@ std::int32_t RouteRecorder::held_row(const RequestRows& request, std::int64_t po
   return found == request.rows.end() || found->position != position ? -1 : found->row;
 }
 
-void RouteRecorder::commit(PassPlan& plan, PassTicket ticket) noexcept {
+void RouteRecorder::commit(PassPlan& plan) noexcept {
   // Nothing here throws (room reserved by plan_rows, new requests' nodes spliced, a merge
   // that falls back to no buffer rather than fail), so the table never holds half a pass.
   free_rows_.resize(free_rows_.size() - plan.rows_used);
@@ -197,10 +194,6 @@ void RouteRecorder::commit(PassPlan& plan, PassTicket ticket) noexcept {
     }
     grown.request->end = grown.end;
     grown.request->gap_positions = grown.gap_positions;
-    if (grown.moved) grown.request->written_by = ticket;
-  }
-  for (auto& [name, request] : plan.new_requests) {
-    if (!request.rows.empty()) request.written_by = ticket;
   }
   requests_.merge(plan.new_requests);
   tallies_.tokens_recorded += plan.tokens_recorded;
@@ -282,7 +275,8 @@ void RouteRecorder::end_pass(std::span<const TokenSpan> batch) {
   // moved the rows, so a refused batch or a failed move leaves the table as it was.
   check_batch(batch);
   PassPlan plan = plan_rows(batch);
-  commit(plan, do_end_pass(plan.moves));
+  do_end_pass(plan.moves);
+  commit(plan);
   pass_open_ = false;
   ++tallies_.passes;
 }
@@ -320,7 +314,7 @@ void RouteRecorder::end_pass_slots(std::span<const std::int64_t> slots) {
     moves.push_back({std::int32_t(row), store_row});
     given.push_back(slot);
   }
-  last_ticket_ = do_end_pass(moves);
+  do_end_pass(moves);
   free_rows_.resize(free_rows_.size() - rows_used);
   for (std::size_t i = 0; i < moves.size(); ++i) {
     std::int32_t& held = slot_rows_[std::size_t(given[i])];
@@ -358,7 +352,7 @@ PendingSlots RouteRecorder::end_pass_pending(std::int64_t first_row, std::int64_
     pending.rows.push_back(free_rows_[free_rows_.size() - 1 - i]);
     moves.push_back({std::int32_t(first_row + std::int64_t(i)), pending.rows.back()});
   }
-  last_ticket_ = do_end_pass(moves);
+  do_end_pass(moves);
   free_rows_.resize(free_rows_.size() - given);
   const std::uint64_t id = next_pending_id_++;
   pending_.emplace(id, std::move(pending));
@@ -444,7 +438,6 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
   rows.reserve(slots.size());
   std::uint64_t placement_version = 0;
   std::string model;
-  PassTicket written_by = 0;
   {
     std::lock_guard lock(mutex_);
     for (std::int64_t slot : slots) {
@@ -454,7 +447,6 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
     }
     placement_version = placement_version_;
     model = model_;
-    written_by = last_ticket_;
     ++reads_in_flight_;
   }
   // Rows a commit frees from now on wait in retired_rows_ until no read may be reading them.
@@ -471,7 +463,7 @@ RoutedExperts RouteRecorder::read_slots(std::span<const std::int64_t> slots, std
     routes.model = std::move(model);
     routes.placement_version = placement_version;
     const ReadTarget target{0, rows.size(), routes.ids.data.data(), routes.valid.data.data()};
-    if (!rows.empty()) do_read_rows(rows, {&target, 1}, written_by);
+    if (!rows.empty()) do_read_rows(rows, {&target, 1});
     end_read();
     return routes;
   } catch (...) {
@@ -518,7 +510,6 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
   std::vector<std::int32_t> rows;  // every request's, one after another
   std::uint64_t placement_version = 0;
   std::string model;
-  PassTicket written_by = 0;
   {
     std::lock_guard lock(mutex_);
     for (std::string_view request_id : request_ids) {
@@ -534,7 +525,6 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
       for (const HeldRow& held : request.rows) {
         rows[taken.first_row + std::size_t(held.position - taken.first_position)] = held.row;
       }
-      written_by = std::max(written_by, request.written_by);
       request.rows = {};  // its memory too: a request holds memory only while it holds rows
       request.first_position = request.end;
       request.gap_positions = 0;
@@ -567,7 +557,7 @@ std::vector<RoutedExperts> RouteRecorder::take_then_read(
       targets.push_back({detached[i].first_row, std::size_t(detached[i].num_tokens),
                          routes[i].ids.data.data(), routes[i].valid.data.data()});
     }
-    if (!rows.empty()) do_read_rows(rows, targets, written_by);
+    if (!rows.empty()) do_read_rows(rows, targets);
   } catch (...) {
     release_rows();
     throw;

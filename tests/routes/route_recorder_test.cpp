@@ -390,13 +390,11 @@ class FailingEndRecorder final : public routes::RouteRecorder {
  private:
   void do_begin_pass() override {}
   void do_record(std::span<const ColumnIds>) override {}
-  PassTicket do_end_pass(std::span<const RowMove>) override {
+  void do_end_pass(std::span<const RowMove>) override {
     MOESTAT_CHECK(!fail, "the device is lost");
-    return 0;
   }
   void do_abort_pass() override {}
-  void do_read_rows(std::span<const std::int32_t>, std::span<const ReadTarget>,
-                    PassTicket) override {}
+  void do_read_rows(std::span<const std::int32_t>, std::span<const ReadTarget>) override {}
   void do_set_placement(std::span<const std::int32_t>) override {}
   BackendTallies do_backend_tallies() const override { return {}; }
 };

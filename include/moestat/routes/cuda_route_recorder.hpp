@@ -38,10 +38,10 @@ class CudaRouteRecorder final : public RouteRecorder {
 
   void do_begin_pass() override;
   void do_record(std::span<const ColumnIds> layers) override;
-  PassTicket do_end_pass(std::span<const RowMove> moves) override;
+  void do_end_pass(std::span<const RowMove> moves) override;
   void do_abort_pass() override;
-  void do_read_rows(std::span<const std::int32_t> rows, std::span<const ReadTarget> targets,
-                    PassTicket written_by) override;
+  void do_read_rows(std::span<const std::int32_t> rows,
+                    std::span<const ReadTarget> targets) override;
   void do_set_placement(std::span<const std::int32_t> physical_to_logical) override;
   BackendTallies do_backend_tallies() const override;
   bool accepts_hooks_outside_pass() const override;

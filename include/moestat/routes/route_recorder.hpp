@@ -231,8 +231,6 @@ class RouteRecorder {
     std::int32_t store_row;
   };
 
-  /// A pass as its backend counts them, which do_read_rows waits for: 0 names none.
-  using PassTicket = std::uint64_t;
   /// Where rows [first, first + count) of a read go: `ids` [count, C, K] of the id dtype and
   /// `valid` [count, C]. A read's targets cover its rows in order.
   struct ReadTarget {
@@ -247,16 +245,14 @@ class RouteRecorder {
   /// opens or ends.
   virtual void do_record(std::span<const ColumnIds> layers) = 0;
   /// Moves each batch row's scratch into its store row (valid where the pass wrote it) and
-  /// tallies the moved rows' invalid ids, then forgets the pass's scratch. Returns the pass's
-  /// ticket, or 0 where reads never wait (the CPU backend moves the rows before returning).
-  virtual PassTicket do_end_pass(std::span<const RowMove> moves) = 0;
+  /// tallies the moved rows' invalid ids, then forgets the pass's scratch.
+  virtual void do_end_pass(std::span<const RowMove> moves) = 0;
   /// Forgets the pass's scratch.
   virtual void do_abort_pass() = 0;
-  /// Copies store rows `rows` into `targets`, which start zeroed; row -1 leaves zeros. Waits at
-  /// least for the pass `written_by` and those before it, which wrote the rows (the CUDA
-  /// backend waits for the newest pass). Called without the table lock.
-  virtual void do_read_rows(std::span<const std::int32_t> rows, std::span<const ReadTarget> targets,
-                            PassTicket written_by) = 0;
+  /// Copies store rows `rows` into `targets`, which start zeroed; row -1 leaves zeros. Waits
+  /// for the passes that wrote them. Called without the table lock.
+  virtual void do_read_rows(std::span<const std::int32_t> rows,
+                            std::span<const ReadTarget> targets) = 0;
   /// `physical_to_logical`: [C, P] for the layout's columns.
   virtual void do_set_placement(std::span<const std::int32_t> physical_to_logical) = 0;
   virtual BackendTallies do_backend_tallies() const = 0;
@@ -284,7 +280,6 @@ class RouteRecorder {
     std::vector<HeldRow> rows;        ///< By position.
     std::int64_t end = 0;             ///< One past the last position an ended pass routed.
     std::int64_t gap_positions = 0;   ///< Positions in [first_position, end) no pass routed.
-    PassTicket written_by = 0;        ///< The last pass that moved one of its rows.
   };
   /// What end_pass(batch) will change, worked out before anything changes.
   struct PassPlan;
@@ -296,7 +291,7 @@ class RouteRecorder {
   static std::int64_t gap_before(const RequestRows& request, const TokenSpan& span) noexcept;
   /// The store row holding `position` of `request`; -1: none.
   static std::int32_t held_row(const RequestRows& request, std::int64_t position);
-  void commit(PassPlan& plan, PassTicket ticket) noexcept;
+  void commit(PassPlan& plan) noexcept;
   void release(std::int32_t row);
   /// Slot keys: frees a row a slot or pending pass held, once no read_slots() may read it.
   void release_slot_row(std::int32_t row);
@@ -359,7 +354,6 @@ class RouteRecorder {
   std::uint64_t next_pending_id_ = 1;
   std::int64_t reads_in_flight_ = 0;
   std::vector<std::int32_t> retired_rows_;
-  PassTicket last_ticket_ = 0;  // the last ended pass's
   RouteTallies tallies_;
   std::uint64_t placement_version_ = 0;
   std::string model_;

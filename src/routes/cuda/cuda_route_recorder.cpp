@@ -39,9 +39,6 @@ class PinnedBuffer {
 // Rows one read of take() moves at a time.
 constexpr std::int64_t kReadChunkRows = 4096;
 
-// Every pass's ticket: a read waits for the newest pass (pass_ended), whichever wrote its rows.
-constexpr std::uint64_t kNewestPass = 1;
-
 }  // namespace
 
 struct CudaRouteRecorder::Device {
@@ -174,7 +171,7 @@ void CudaRouteRecorder::do_record(std::span<const ColumnIds> layers) {
   cuda::launch_record_routes(device_->buffers, launch, max_rows, stream_);
 }
 
-RouteRecorder::PassTicket CudaRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
+void CudaRouteRecorder::do_end_pass(std::span<const RowMove> moves) {
   Device& device = *device_;
   if (moves.size() <= std::size_t(cuda::kInlineMoves)) {
     // A decode batch's moves go in the kernel's parameters: no copy, no ring slot.
@@ -186,7 +183,7 @@ RouteRecorder::PassTicket CudaRouteRecorder::do_end_pass(std::span<const RowMove
     cuda::launch_end_pass(device.buffers, nullptr, inline_moves, std::int64_t(moves.size()),
                           stream_);
     MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
-    return kNewestPass;
+    return;
   }
   const int slot = device.next_move_slot;
   device.next_move_slot = (slot + 1) % kMoveSlots;
@@ -208,7 +205,6 @@ RouteRecorder::PassTicket CudaRouteRecorder::do_end_pass(std::span<const RowMove
   cuda::launch_end_pass(device.buffers, device.device_moves, cuda::InlineMoves{},
                         std::int64_t(moves.size()), stream_);
   MOESTAT_CUDA_CHECK(cudaEventRecord(device.pass_ended.get(), stream_));
-  return kNewestPass;
 }
 
 void CudaRouteRecorder::do_abort_pass() {
@@ -218,7 +214,7 @@ void CudaRouteRecorder::do_abort_pass() {
 }
 
 void CudaRouteRecorder::do_read_rows(std::span<const std::int32_t> rows,
-                                     std::span<const ReadTarget> targets, PassTicket) {
+                                     std::span<const ReadTarget> targets) {
   Device& device = *device_;
   std::lock_guard lock(device.read_mutex);
   const cudaStream_t read = device.read_stream.get();
