@@ -7,14 +7,77 @@
 namespace moestat::routes {
 namespace {
 
+/// Where one layer's column of the pass's scratch lies: row t's cell is t * cells_per_row,
+/// its ids t * row_bytes bytes on.
+struct ScratchColumn {
+  std::uint32_t* stamps;
+  std::uint32_t* invalid;
+  std::byte* ids;
+  std::int64_t cells_per_row;
+  std::int64_t row_bytes;
+  std::uint32_t pass_stamp;
+};
+
 /// Whether a logical expert appears twice (replicas of one expert chosen as two).
-bool has_repeat(const std::vector<std::int64_t>& ids) {
+template <typename Out>
+bool has_repeat(const std::vector<Out>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (ids[i] == ids[j]) return true;
     }
   }
   return false;
+}
+
+/// Maps one layer's `Id` rows through `map` ([P] logical ids) into the scratch as `Out` (the
+/// layout's narrow id type: every logical id fits), row by row; a row written in this pass
+/// already is left as it is. Returns how many were.
+template <typename Id, typename Out>
+std::int64_t write_column(const TensorView& topk_ids, const std::int32_t* map,
+                          std::int64_t num_physical, const ScratchColumn& scratch) {
+  const auto* ids = static_cast<const Id*>(topk_ids.data());
+  const std::int64_t row_stride = topk_ids.stride(0);
+  const std::int64_t column_stride = topk_ids.stride(1);
+  const std::int64_t top_k = topk_ids.size(1);
+  std::vector<Out> logical(std::size_t(top_k), Out{0});
+  std::int64_t written_twice = 0;
+  for (std::int64_t t = 0; t < topk_ids.size(0); ++t) {
+    std::uint32_t& stamp = scratch.stamps[t * scratch.cells_per_row];
+    if (stamp == scratch.pass_stamp) {
+      ++written_twice;
+      continue;
+    }
+    const Id* row = ids + t * row_stride;
+    bool in_range = true;
+    for (std::int64_t k = 0; k < top_k && in_range; ++k) {
+      const auto id = std::int64_t(row[k * column_stride]);
+      in_range = id >= 0 && id < num_physical;
+      if (in_range) logical[std::size_t(k)] = Out(map[id]);
+    }
+    if (!in_range || has_repeat(logical)) {
+      // Tallied at end_pass, if a span covers the row: padding rows are no routed token's.
+      scratch.invalid[t * scratch.cells_per_row] = scratch.pass_stamp;
+      continue;
+    }
+    // Host order, which is little-endian as every moestat tensor.
+    std::memcpy(scratch.ids + t * scratch.row_bytes, logical.data(),
+                std::size_t(top_k) * sizeof(Out));
+    stamp = scratch.pass_stamp;
+  }
+  return written_twice;
+}
+
+template <typename Id>
+std::int64_t write_column_as(DType out_dtype, const TensorView& topk_ids, const std::int32_t* map,
+                             std::int64_t num_physical, const ScratchColumn& scratch) {
+  switch (out_dtype) {
+    case DType::kUInt8:
+      return write_column<Id, std::uint8_t>(topk_ids, map, num_physical, scratch);
+    case DType::kUInt16:
+      return write_column<Id, std::uint16_t>(topk_ids, map, num_physical, scratch);
+    default:
+      return write_column<Id, std::int32_t>(topk_ids, map, num_physical, scratch);
+  }
 }
 
 }  // namespace
@@ -51,40 +114,27 @@ void CpuRouteRecorder::do_begin_pass() {
 
 void CpuRouteRecorder::do_record(std::span<const ColumnIds> layers) {
   const std::int64_t num_columns = layout().num_columns();
-  const std::int64_t top_k = layout().top_k;
   const std::int64_t num_physical = topology().num_physical_experts;
-  const auto id_size = std::int64_t(dtype_size(layout().id_dtype()));
-  std::vector<std::int64_t> logical(static_cast<std::size_t>(top_k));
+  const std::int64_t column_bytes = row_id_bytes() / num_columns;
   std::lock_guard lock(record_mutex_);
   for (const ColumnIds& layer : layers) {
     layer.topk_ids.require_cpu("route recorder: top-k ids");
     const std::int32_t* map = physical_to_logical_.data() + layer.column * num_physical;
-    for (std::int64_t t = 0; t < layer.topk_ids.size(0); ++t) {
-      std::uint32_t& stamp = scratch_stamps_[std::size_t(t * num_columns + layer.column)];
-      if (stamp == pass_stamp_) {
-        layers_written_twice_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      bool in_range = true;
-      for (std::int64_t k = 0; k < top_k; ++k) {
-        const std::int64_t id = layer.topk_ids.int_at({t, k});
-        in_range = in_range && id >= 0 && id < num_physical;
-        logical[std::size_t(k)] = in_range ? map[id] : 0;
-      }
-      if (!in_range || has_repeat(logical)) {
-        // Tallied at end_pass, if a span covers the row: padding rows are no routed token's.
-        scratch_invalid_[std::size_t(t * num_columns + layer.column)] = pass_stamp_;
-        continue;
-      }
-      std::byte* out = scratch_ids_.data() + (t * num_columns + layer.column) * top_k * id_size;
-      for (std::int64_t k = 0; k < top_k; ++k) {
-        // Little-endian, as every moestat tensor: the low bytes of the id.
-        for (std::int64_t b = 0; b < id_size; ++b) {
-          out[k * id_size + b] =
-              std::byte((std::uint64_t(logical[std::size_t(k)]) >> (8 * b)) & 0xff);
-        }
-      }
-      stamp = pass_stamp_;
+    const ScratchColumn scratch{scratch_stamps_.data() + layer.column,
+                                scratch_invalid_.data() + layer.column,
+                                scratch_ids_.data() + layer.column * column_bytes,
+                                num_columns,
+                                row_id_bytes(),
+                                pass_stamp_};
+    // The base class lets only int32 and int64 through.
+    const std::int64_t written_twice =
+        layer.topk_ids.dtype() == DType::kInt32
+            ? write_column_as<std::int32_t>(layout().id_dtype(), layer.topk_ids, map, num_physical,
+                                            scratch)
+            : write_column_as<std::int64_t>(layout().id_dtype(), layer.topk_ids, map, num_physical,
+                                            scratch);
+    if (written_twice > 0) {
+      layers_written_twice_.fetch_add(written_twice, std::memory_order_relaxed);
     }
   }
 }

@@ -51,23 +51,28 @@ void RouteRecorder::begin_pass() {
 }
 
 struct RouteRecorder::PassPlan {
-  /// A request the batch already knew: the rows it gains and where its routes then end.
+  /// A request the batch already knew: the rows it gains (rows[first, first + count)) and
+  /// where its routes then end.
   struct Grown {
-    RequestRows* request;  // its rows have room reserved for `rows`
-    std::vector<HeldRow> rows;
+    RequestRows* request;  // its rows have room reserved for the new ones
+    std::size_t first;
+    std::size_t count;
     std::int64_t end;
     std::int64_t gap_positions;
   };
   std::vector<RowMove> moves;
   std::size_t rows_used = 0;  // from the back of free_rows_
+  std::vector<HeldRow> rows;  // every grown request's new rows, one after another
   std::vector<Grown> grown;
-  std::map<std::string, RequestRows, std::less<>> new_requests;
+  RequestTable new_requests;
   std::int64_t tokens_recorded = 0;
   std::int64_t tokens_without_room = 0;
   std::int64_t tokens_already_taken = 0;
 };
 
-void RouteRecorder::check_batch(std::span<const TokenSpan> batch) const {
+std::vector<RouteRecorder::RequestRows*> RouteRecorder::check_batch(
+    std::span<const TokenSpan> batch) {
+  std::vector<RequestRows*> known(batch.size(), nullptr);
   std::vector<bool> covered(std::size_t(options_.max_tokens_per_pass), false);
   std::int64_t next_row = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -92,35 +97,63 @@ void RouteRecorder::check_batch(std::span<const TokenSpan> batch) const {
     // A take() hands gaps out as rows not valid: bounding the gaps a request holds between
     // two takes bounds what one take() can be made to allocate for positions no pass routed
     // to a full store's worth, whatever the positions.
-    const auto known = requests_.find(span.request_id);
-    if (known != requests_.end()) {
-      const RequestRows& request = known->second;
+    const auto found = requests_.find(span.request_id);
+    if (found != requests_.end()) {
+      const RequestRows& request = found->second;
       MOESTAT_CHECK(gap_before(request, span) <= options_.capacity_tokens - request.gap_positions,
                     "route recorder: request {}'s span starts at position {}, {} past the end of "
                     "its routes, with {} positions of gaps not yet taken; at most "
                     "capacity_tokens ({}) positions of gaps are held between two takes",
                     span.request_id, span.first_position, gap_before(request, span),
                     request.gap_positions, options_.capacity_tokens);
+      known[i] = &found->second;
     }
     next_row = first + span.num_tokens;
   }
-  // Sorted, not compared pairwise: a 256-request decode batch is 32640 pairs.
-  std::vector<std::string_view> names;
-  names.reserve(batch.size());
-  for (const TokenSpan& span : batch) names.push_back(span.request_id);
-  std::sort(names.begin(), names.end());
-  const auto twice = std::adjacent_find(names.begin(), names.end());
-  MOESTAT_CHECK(twice == names.end(), "route recorder: request {} appears twice in one batch",
-                *twice);
+  if (batch.size() > 1) check_no_request_twice(batch, known);
+  return known;
 }
 
-RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batch) {
+void RouteRecorder::check_no_request_twice(std::span<const TokenSpan> batch,
+                                           std::span<RequestRows* const> known) {
+  // The same entry of the table twice, or a new name twice. Sorted, not compared pairwise (a
+  // 256-request decode batch is 32640 pairs); a decode batch's requests are all known, so it
+  // sorts pointers, not names.
+  std::vector<const RequestRows*> entries;
+  std::vector<std::string_view> new_names;
+  entries.reserve(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (known[i]) {
+      entries.push_back(known[i]);
+    } else {
+      new_names.push_back(batch[i].request_id);
+    }
+  }
+  std::sort(entries.begin(), entries.end());
+  const auto same_entry = std::adjacent_find(entries.begin(), entries.end());
+  if (same_entry != entries.end()) {
+    const auto named = std::find_if(batch.begin(), batch.end(), [&](const TokenSpan& span) {
+      return known[std::size_t(&span - batch.data())] == *same_entry;
+    });
+    MOESTAT_FAIL("route recorder: request {} appears twice in one batch", named->request_id);
+  }
+  std::sort(new_names.begin(), new_names.end());
+  const auto same_name = std::adjacent_find(new_names.begin(), new_names.end());
+  MOESTAT_CHECK(same_name == new_names.end(),
+                "route recorder: request {} appears twice in one batch", *same_name);
+}
+
+RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batch,
+                                                 std::span<RequestRows* const> known) {
   PassPlan plan;
+  plan.grown.reserve(batch.size());
   std::int64_t next_row = 0;
-  for (const TokenSpan& span : batch) {
-    const auto known = requests_.find(span.request_id);
-    RequestRows* request = known == requests_.end() ? nullptr : &known->second;
-    std::vector<HeldRow> rows;  // by position, as the span's
+  for (std::size_t s = 0; s < batch.size(); ++s) {
+    const TokenSpan& span = batch[s];
+    RequestRows* request = known[s];
+    const std::size_t first_held = plan.rows.size();  // the span's new rows, by position
+    std::vector<HeldRow> new_request_rows;
+    std::vector<HeldRow>& rows = request ? plan.rows : new_request_rows;
     const std::int64_t not_taken = request ? request->first_position : span.first_position;
     const std::int64_t first = span.first_row == TokenSpan::kFollows ? next_row : span.first_row;
     for (std::int64_t i = 0; i < span.num_tokens; ++i) {
@@ -149,18 +182,21 @@ RouteRecorder::PassPlan RouteRecorder::plan_rows(std::span<const TokenSpan> batc
     const std::int64_t end = span.first_position + span.num_tokens;
     if (request) {
       // Reserved now, so commit() does not allocate; doubled, so appends stay amortised O(1).
-      const std::size_t needed = request->rows.size() + rows.size();
+      const std::size_t added = plan.rows.size() - first_held;
+      const std::size_t needed = request->rows.size() + added;
       if (needed > request->rows.capacity()) {
         request->rows.reserve(std::max(needed, 2 * request->rows.capacity()));
       }
-      plan.grown.push_back({request, std::move(rows), std::max(request->end, end),
+      plan.grown.push_back({request, first_held, added, std::max(request->end, end),
                             request->gap_positions + gap_before(*request, span)});
     } else {
       plan.new_requests.emplace(span.request_id,
-                                RequestRows{span.first_position, std::move(rows), end});
+                                RequestRows{span.first_position, std::move(new_request_rows), end});
     }
     next_row = first + span.num_tokens;
   }
+  // So that commit() moves the new requests' nodes in without growing the table's buckets.
+  requests_.reserve(requests_.size() + plan.new_requests.size());
   return plan;
 }
 
@@ -176,20 +212,22 @@ std::int32_t RouteRecorder::held_row(const RequestRows& request, std::int64_t po
 }
 
 void RouteRecorder::commit(PassPlan& plan) noexcept {
-  // Nothing here throws (room reserved by plan_rows, new requests' nodes spliced, a merge
-  // that falls back to no buffer rather than fail), so the table never holds half a pass.
+  // Nothing here throws (room reserved by plan_rows, new requests' nodes spliced into buckets
+  // plan_rows reserved, a merge that falls back to no buffer rather than fail), so the table
+  // never holds half a pass.
   free_rows_.resize(free_rows_.size() - plan.rows_used);
   const auto by_position = [](const HeldRow& a, const HeldRow& b) {
     return a.position < b.position;
   };
-  for (PassPlan::Grown& grown : plan.grown) {
+  for (const PassPlan::Grown& grown : plan.grown) {
     std::vector<HeldRow>& rows = grown.request->rows;
     const auto old_size = std::ptrdiff_t(rows.size());
-    rows.insert(rows.end(), grown.rows.begin(), grown.rows.end());
+    const auto added = plan.rows.begin() + std::ptrdiff_t(grown.first);
+    rows.insert(rows.end(), added, added + std::ptrdiff_t(grown.count));
     // Sorted already when the span follows what the request holds: the common case, which
     // then costs no merge.
-    if (old_size > 0 && !grown.rows.empty() &&
-        grown.rows.front().position < rows[std::size_t(old_size - 1)].position) {
+    if (old_size > 0 && grown.count > 0 &&
+        added->position < rows[std::size_t(old_size - 1)].position) {
       std::inplace_merge(rows.begin(), rows.begin() + old_size, rows.end(), by_position);
     }
     grown.request->end = grown.end;
@@ -273,8 +311,8 @@ void RouteRecorder::end_pass(std::span<const TokenSpan> batch) {
   MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
   // Checked whole and planned before anything changes; committed only once the backend has
   // moved the rows, so a refused batch or a failed move leaves the table as it was.
-  check_batch(batch);
-  PassPlan plan = plan_rows(batch);
+  const std::vector<RequestRows*> known = check_batch(batch);
+  PassPlan plan = plan_rows(batch, known);
   do_end_pass(plan.moves);
   commit(plan);
   pass_open_ = false;
@@ -596,7 +634,9 @@ void RouteRecorder::set_model(std::string model) {
 std::vector<std::string> RouteRecorder::requests() const {
   std::lock_guard lock(mutex_);
   std::vector<std::string> names;
+  names.reserve(requests_.size());
   for (const auto& [name, request] : requests_) names.push_back(name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 

@@ -166,6 +166,21 @@ TEST(RouteRecorder, IdsAreTheNarrowestType) {
     const RoutedExperts routes = recorder.take("r");
     EXPECT_EQ(routes.id(0, 0, 1), experts - 1);
     EXPECT_EQ(recorder.capacity_bytes(), 4 * (2 * std::int64_t(dtype_size(dtype)) + 1));
+    // int64 ids, column-major, with a third column after the top-k (a fused shared expert's,
+    // here an id no row may hold): only the first two columns are read.
+    const std::int64_t wide[] = {experts - 1, 1, 0, experts - 2, -5, -5};
+    const std::int64_t wide_shape[] = {2, 3};
+    const std::int64_t column_major[] = {1, 2};
+    recorder.begin_pass();
+    recorder.record_topk(0, TensorView(wide, DType::kInt64, wide_shape, column_major));
+    const TokenSpan two[] = {{"r", 1, 2}};
+    recorder.end_pass(two);
+    const RoutedExperts next = recorder.take("r");
+    ASSERT_EQ(next.num_tokens(), 2);
+    EXPECT_EQ(next.id(0, 0, 0), experts - 1);
+    EXPECT_EQ(next.id(0, 0, 1), 0);
+    EXPECT_EQ(next.id(1, 0, 0), 1);
+    EXPECT_EQ(next.id(1, 0, 1), experts - 2);
   }
 }
 
@@ -296,6 +311,13 @@ TEST(RouteRecorder, RefusesWhatCannotBeAttributed) {
   const RoutedExperts a = one.recorder.finish("a");
   EXPECT_EQ(a.id(0, 0, 0), 2);  // batch row 1
   EXPECT_EQ(one.recorder.take("never-seen").num_tokens(), 0);
+  // A request the table knows, twice among new ones: named, and nothing changes.
+  one.pass({{"b", 0, 1}}, {0, 1});
+  one.recorder.begin_pass();
+  const TokenSpan known_twice[] = {{"c", 0, 1}, {"b", 1, 1}, {"d", 0, 1}, {"b", 2, 1}};
+  EXPECT_MOESTAT_ERROR(one.recorder.end_pass(known_twice), "request b appears twice");
+  EXPECT_EQ(one.recorder.requests(), std::vector<std::string>{"b"});
+  one.recorder.abort_pass();
 }
 
 TEST(RouteRecorder, ARefusedBatchChangesNothing) {

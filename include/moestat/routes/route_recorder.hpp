@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace moestat::routes {
@@ -281,12 +282,24 @@ class RouteRecorder {
     std::int64_t end = 0;             ///< One past the last position an ended pass routed.
     std::int64_t gap_positions = 0;   ///< Positions in [first_position, end) no pass routed.
   };
+  /// Hashes a request id whether it comes as a string or a view, so a lookup builds no string.
+  struct RequestIdHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view id) const noexcept {
+      return std::hash<std::string_view>{}(id);
+    }
+  };
+  using RequestTable = std::unordered_map<std::string, RequestRows, RequestIdHash, std::equal_to<>>;
   /// What end_pass(batch) will change, worked out before anything changes.
   struct PassPlan;
   void check_layer(std::int64_t layer, const TensorView& topk_ids) const;
   void require_keys(RouteKeys keys, const char* call) const;
-  void check_batch(std::span<const TokenSpan> batch) const;
-  PassPlan plan_rows(std::span<const TokenSpan> batch);
+  /// Checks the batch whole; returns each span's request in the table (nullptr: a new one),
+  /// looked up once for the check and the plan.
+  std::vector<RequestRows*> check_batch(std::span<const TokenSpan> batch);
+  static void check_no_request_twice(std::span<const TokenSpan> batch,
+                                     std::span<RequestRows* const> known);
+  PassPlan plan_rows(std::span<const TokenSpan> batch, std::span<RequestRows* const> known);
   /// Positions between the end of `request`'s routes and the start of `span`.
   static std::int64_t gap_before(const RequestRows& request, const TokenSpan& span) noexcept;
   /// The store row holding `position` of `request`; -1: none.
@@ -339,7 +352,7 @@ class RouteRecorder {
   PassLock pass_mutex_;
   bool pass_open_ = false;
   mutable std::mutex mutex_;  // everything below
-  std::map<std::string, RequestRows, std::less<>> requests_;
+  RequestTable requests_;
   std::vector<std::int32_t> free_rows_;  // handed out from the back
   // Slot keys: each slot's row (-1: none), the passes waiting for their slots, and the rows
   // freed while a read_slots() was in flight (free once no read is).
