@@ -7,7 +7,9 @@
 //                     --benchmark_out=bench/results/cpu_record_<date>.json
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <moestat/record/cpu_recorder.hpp>
 #include <vector>
@@ -142,6 +144,32 @@ void BM_EndPassStat(benchmark::State& state) {
                           std::int64_t(sizeof(std::int64_t)));
 }
 
+// A fresh recorder's first kWindowSize passes (begin_pass + end_pass, nothing recorded): the
+// window filling, which a long run does once and a short one (a prompt file, a benchmark)
+// throughout. Counters: the time per pass and the slowest pass, since growing storage shows
+// as stalls of single passes. Arg: physical experts.
+void BM_FillWindow(benchmark::State& state) {
+  double total_us = 0;
+  double slowest_us = 0;
+  for (auto _ : state) {
+    record::CpuRecorder recorder(deepseek_like(state.range(0)),
+                                 {.mode = RecordMode::kStat, .window_size = kWindowSize});
+    recorder.start();
+    for (std::int64_t pass = 0; pass < kWindowSize; ++pass) {
+      const auto start = std::chrono::steady_clock::now();
+      recorder.begin_pass(pass);
+      recorder.end_pass();
+      const std::chrono::duration<double, std::micro> took =
+          std::chrono::steady_clock::now() - start;
+      total_us += took.count();
+      slowest_us = std::max(slowest_us, took.count());
+    }
+  }
+  // Wall time, as a stalled forward pass is felt.
+  state.counters["us_per_pass"] = total_us / double(state.iterations() * kWindowSize);
+  state.counters["slowest_pass_us"] = slowest_us;
+}
+
 const std::vector<std::int64_t> kTokenSizes = {1, 16, 64, 256, 4096, 8192, 32768};
 const std::vector<std::int64_t> kExpertSizes = {256, 288};
 
@@ -156,6 +184,7 @@ BENCHMARK_TEMPLATE(BM_NaiveHistogram, std::int64_t)->Apply(token_expert_args);
 BENCHMARK_TEMPLATE(BM_RecordPass, std::int32_t)->Apply(token_expert_args);
 BENCHMARK_TEMPLATE(BM_RecordPass, std::int64_t)->Apply(token_expert_args);
 BENCHMARK(BM_EndPassStat)->ArgName("experts")->Arg(256)->Arg(288);
+BENCHMARK(BM_FillWindow)->ArgName("experts")->Arg(256)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace moestat::bench

@@ -48,6 +48,11 @@ void PassAccumulator::commit(const PassRecord& pass) {
   }
 }
 
+std::int64_t* PassAccumulator::window_counts(std::int64_t row) const {
+  return window_chunks_[std::size_t(row / kWindowChunkRows)].get() +
+         (row % kWindowChunkRows) * num_layers_ * num_physical_;
+}
+
 std::int64_t PassAccumulator::window_row(std::int64_t i) const {
   const auto rows = std::int64_t(window_pass_ids_.size());
   const bool full = window_capacity_ > 0 && rows == window_capacity_;
@@ -60,7 +65,12 @@ void PassAccumulator::commit_window(const PassRecord& pass) {
   std::int64_t row;
   if (window_capacity_ < 0 || rows < window_capacity_) {
     row = rows;
-    window_counts_.resize(std::size_t((rows + 1) * row_size));
+    if (row == std::int64_t(window_chunks_.size()) * kWindowChunkRows) {
+      // Not zeroed: every row is written whole before it is read, so its pages are touched
+      // only as passes fill them.
+      window_chunks_.push_back(
+          std::make_unique_for_overwrite<std::int64_t[]>(std::size_t(kWindowChunkRows * row_size)));
+    }
     window_pass_ids_.push_back(0);
     window_num_tokens_.push_back(0);
     window_versions_.push_back(0);
@@ -71,7 +81,7 @@ void PassAccumulator::commit_window(const PassRecord& pass) {
   window_pass_ids_[std::size_t(row)] = pass.pass_id;
   window_num_tokens_[std::size_t(row)] = pass.num_tokens;
   window_versions_[std::size_t(row)] = current_placement().version();
-  std::int64_t* out = window_counts_.data() + row * row_size;
+  std::int64_t* out = window_counts(row);
   for (std::int64_t layer = 0; layer < num_layers_; ++layer) {
     const std::int64_t* in = pass.physical_counts.data() + layer * pass.row_stride;
     std::copy(in, in + num_physical_, out + layer * num_physical_);
@@ -105,7 +115,7 @@ void PassAccumulator::commit_tokens(const PassRecord& pass) {
 }
 
 void PassAccumulator::clear() {
-  window_counts_.clear();
+  window_chunks_.clear();
   window_pass_ids_.clear();
   window_num_tokens_.clear();
   window_versions_.clear();
@@ -145,7 +155,7 @@ void PassAccumulator::copy_window_rows(std::int64_t first, std::int64_t count, R
   for (std::int64_t i = 0; i < count; ++i) {
     const auto row = std::size_t(window_row(first + i));
     out.push_back(window_pass_ids_[row], window_versions_[row], window_num_tokens_[row]);
-    const std::int64_t* in = window_counts_.data() + std::int64_t(row) * physical_size;
+    const std::int64_t* in = window_counts(std::int64_t(row));
     std::copy(in, in + physical_size, out.physical_counts.begin() + i * physical_size);
     add_logical_counts(placement(window_versions_[row]), in,
                        out.logical_counts.data() + i * logical_size);

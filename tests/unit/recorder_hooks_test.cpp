@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <moestat/record/cpu_recorder.hpp>
+#include <tuple>
 #include <vector>
 
 #include "unit/expect_error.hpp"
@@ -726,6 +727,45 @@ TEST(RecorderExamples, StatWindowKeepsTheLastPassesOldestFirst) {
   EXPECT_EQ(snapshot.num_passes, 5);
   EXPECT_EQ(snapshot.physical_counts[kPhysical + 3], 2);
   EXPECT_EQ(snapshot.physical_counts[kLayers * kPhysical + kPhysical + 4], 2);
+}
+
+// The window's counts are stored in chunks of 64 passes: windows across several chunks, one
+// partly used, wrapped several times (stat) or growing (per_pass), keep each pass's own row.
+TEST(RecorderExamples, WindowRowsSurviveStorageChunksAndWrapping) {
+  for (const auto& [mode, window, passes] :
+       {std::tuple{RecordMode::kStat, std::int64_t{150}, std::int64_t{400}},
+        std::tuple{RecordMode::kPerPass, std::int64_t{-1}, std::int64_t{200}}}) {
+    RecorderOptions options = with_mode(mode);
+    options.window_size = window;
+    CpuRecorder recorder(test_topology(), options);
+    recorder.start();
+    // Pass p: (p % 5) + 1 tokens, each to slots p % 8 and (p + 1) % 8 of layer 1.
+    const auto slots_of = [](std::int64_t pass) {
+      return std::pair{std::int32_t(pass % kPhysical), std::int32_t((pass + 1) % kPhysical)};
+    };
+    for (std::int64_t pass = 0; pass < passes; ++pass) {
+      const auto [first, second] = slots_of(pass);
+      std::vector<std::int32_t> ids;
+      for (std::int64_t t = 0; t <= pass % 5; ++t) ids.insert(ids.end(), {first, second});
+      recorder.begin_pass(1000 + pass);
+      recorder.record_topk(1, ids_view(ids));
+      recorder.end_pass();
+    }
+    const Snapshot snapshot = recorder.snapshot();
+    const std::int64_t kept = window > 0 ? window : passes;
+    ASSERT_EQ(snapshot.window_size(), kept);
+    for (std::int64_t i = 0; i < kept; ++i) {
+      const std::int64_t pass = passes - kept + i;
+      ASSERT_EQ(snapshot.pass_ids[std::size_t(i)], 1000 + pass);
+      std::vector<std::int64_t> expected(std::size_t(kLayers * kPhysical), 0);
+      const auto [first, second] = slots_of(pass);
+      expected[std::size_t(kPhysical + first)] += pass % 5 + 1;
+      expected[std::size_t(kPhysical + second)] += pass % 5 + 1;
+      const auto row = snapshot.physical_counts.begin() + i * kLayers * kPhysical;
+      ASSERT_EQ(std::vector<std::int64_t>(row, row + kLayers * kPhysical), expected)
+          << "pass " << pass;
+    }
+  }
 }
 
 TEST(RecorderExamples, StatApproxAddsRankCounts) {

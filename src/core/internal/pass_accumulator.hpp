@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <moestat/placement.hpp>
 #include <moestat/record_mode.hpp>
 #include <moestat/snapshot.hpp>
@@ -63,8 +64,16 @@ class PassAccumulator {
 
   std::map<std::uint64_t, Placement> placements_;  // every version a kept pass refers to
 
-  // Window ring: rows in storage order; once full, next_row_ is the oldest.
-  std::vector<std::int64_t> window_counts_;  // [rows, L, P]
+  /// Storage row `row`'s [L, P] counts.
+  std::int64_t* window_counts(std::int64_t row) const;
+
+  // Window ring: rows in storage order; once full, next_row_ is the oldest. The counts are
+  // kept in chunks of kWindowChunkRows rows, allocated as the window fills, so that growing
+  // never moves it: one vector doubled and copied the whole window inside end_pass, on the
+  // engine's forward thread (a 256-pass copy stalled a pass for milliseconds at a small
+  // model's shape; a DeepSeek-V3 row is 140 KiB).
+  static constexpr std::int64_t kWindowChunkRows = 64;
+  std::vector<std::unique_ptr<std::int64_t[]>> window_chunks_;  // each [kWindowChunkRows, L, P]
   std::vector<std::int64_t> window_pass_ids_;
   std::vector<std::int64_t> window_num_tokens_;
   std::vector<std::uint64_t> window_versions_;
