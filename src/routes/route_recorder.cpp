@@ -5,7 +5,6 @@
 #include <moestat/error.hpp>
 #include <moestat/routes/route_recorder.hpp>
 #include <numeric>
-#include <unordered_set>
 
 namespace moestat::routes {
 
@@ -21,6 +20,7 @@ RouteRecorder::RouteRecorder(ModelTopology topology, RouteRecorderOptions option
                   "route recorder: num_slots {} outside [0, capacity_tokens ({})]",
                   options_.num_slots, options_.capacity_tokens);
     slot_rows_.assign(std::size_t(num_slots()), -1);
+    slot_marks_.assign(std::size_t(num_slots()), 0);
   }
   free_rows_.resize(std::size_t(options_.capacity_tokens));
   // Lowest rows are handed out first (from the back), which keeps a small recording compact.
@@ -330,16 +330,15 @@ void RouteRecorder::end_pass_slots(std::span<const std::int64_t> slots) {
   MOESTAT_CHECK(pass_open_, "route recorder: end_pass without begin_pass");
   std::vector<RowMove> moves;
   std::vector<std::int64_t> given;  // the slot of each move
-  std::vector<bool> seen(std::size_t(num_slots()), false);
-  std::size_t rows_used = 0;  // from the back of free_rows_
+  std::size_t rows_used = 0;        // from the back of free_rows_
   std::int64_t without_room = 0;
+  begin_slot_marks();
   for (std::size_t row = 0; row < slots.size(); ++row) {
     const std::int64_t slot = slots[row];
     if (slot == -1) continue;
     MOESTAT_CHECK(slot >= 0 && slot < num_slots(),
                   "route recorder: batch row {}'s slot {} outside [0, {})", row, slot, num_slots());
-    MOESTAT_CHECK(!seen[std::size_t(slot)], "route recorder: slot {} twice in one pass", slot);
-    seen[std::size_t(slot)] = true;
+    MOESTAT_CHECK(mark_slot(slot), "route recorder: slot {} twice in one pass", slot);
     // A slot written again keeps its row, which the pass overwrites.
     std::int32_t store_row = slot_rows_[std::size_t(slot)];
     if (store_row < 0) {
@@ -414,14 +413,13 @@ SlotCommit RouteRecorder::commit_slots(const PendingSlots& pending,
                 "route recorder: {} slots for pending pass {}'s {} tokens", slots.size(),
                 pending.id, rows.num_tokens);
   SlotCommit out;
-  std::unordered_set<std::int64_t> committed;
-  committed.reserve(slots.size());
+  begin_slot_marks();
   // From the last token: the last to name a slot holds it.
   for (std::size_t i = slots.size(); i-- > 0;) {
     const std::int32_t row = i < rows.rows.size() ? rows.rows[i] : -1;
     const std::int64_t slot = slots[i];
     const bool inside = slot >= 0 && slot < num_slots();
-    if (!inside || !committed.insert(slot).second) {
+    if (!inside || !mark_slot(slot)) {
       ++(inside ? out.slots_repeated : out.slots_out_of_range);
       if (row >= 0) release_slot_row(row);
       continue;
@@ -463,6 +461,21 @@ std::int64_t RouteRecorder::clear_slots(std::span<const std::int64_t> slots) {
     --slots_written_;
   }
   return outside;
+}
+
+void RouteRecorder::begin_slot_marks() noexcept {
+  if (++slot_mark_ == 0) {
+    // Wrapped (once per 2^32 calls): marks of old calls could read as this one's.
+    std::fill(slot_marks_.begin(), slot_marks_.end(), 0);
+    slot_mark_ = 1;
+  }
+}
+
+bool RouteRecorder::mark_slot(std::int64_t slot) noexcept {
+  std::uint32_t& mark = slot_marks_[std::size_t(slot)];
+  if (mark == slot_mark_) return false;
+  mark = slot_mark_;
+  return true;
 }
 
 void RouteRecorder::release_slot_row(std::int32_t row) {

@@ -308,6 +308,10 @@ class RouteRecorder {
   void release(std::int32_t row);
   /// Slot keys: frees a row a slot or pending pass held, once no read_slots() may read it.
   void release_slot_row(std::int32_t row);
+  /// Slot keys: starts a call's marks (end_pass_slots, commit_slots): no slot is marked.
+  void begin_slot_marks() noexcept;
+  /// Marks `slot`, in [0, num_slots); false when the call marked it already.
+  bool mark_slot(std::int64_t slot) noexcept;
   std::int64_t num_slots() const noexcept;
   /// A request's rows detached from the table by take(), to be read.
   struct Detached {
@@ -357,6 +361,11 @@ class RouteRecorder {
   // Slot keys: each slot's row (-1: none), the passes waiting for their slots, and the rows
   // freed while a read_slots() was in flight (free once no read is).
   std::vector<std::int32_t> slot_rows_;
+  // The slots one call named: slot_marks_[s] == slot_mark_. Kept between calls so that a call
+  // finds a slot named twice in time of its own slots, not of the KV pool's (no set, no
+  // clearing of num_slots flags per pass).
+  std::vector<std::uint32_t> slot_marks_;
+  std::uint32_t slot_mark_ = 0;
   std::int64_t slots_written_ = 0;
   struct PendingRows {
     std::int64_t num_tokens = 0;
