@@ -114,7 +114,7 @@ void BM_RouteTable(benchmark::State& state) { decode_through_table(state, true);
 
 // BM_RouteTable without the take: begin_pass() and end_pass(batch) alone. Most of a take's
 // time is the first touch of the routes it hands out (a batch of 256 requests' 64 tokens is
-// 6.3 MB), which says nothing of the table.
+// 7.1 MB), which says nothing of the table.
 void BM_RouteEndPass(benchmark::State& state) { decode_through_table(state, false); }
 
 void BM_CpuRoutePass(benchmark::State& state) {
